@@ -1,0 +1,34 @@
+# Two commands on a fresh machine: `make serve` and `make test`.
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+INSTALLED := $(VENV)/.installed
+CONFIG ?= serve_app/configs/local-cpu.yaml
+EXTRAS ?= cpu,test
+
+.PHONY: setup model serve test test-fast clean
+
+setup: $(INSTALLED)
+
+$(INSTALLED): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[$(EXTRAS)]'
+	@# PyPI's torchvision/torchaudio/torchcodec break imports beside the CPU torch; text models need none.
+	$(PY) -m pip uninstall --quiet -y torchvision torchaudio torchcodec
+	touch $@
+
+model: setup
+	$(VENV)/bin/trilemma prepare-model --config $(CONFIG)
+
+serve: setup
+	$(VENV)/bin/trilemma serve --config $(CONFIG)
+
+test: setup
+	$(PY) -m pytest -v -rs
+
+test-fast: setup
+	$(PY) -m pytest -v -m "not e2e"
+
+clean:
+	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,1 @@
+"""Ray Serve deployments of the online path: the router and the engine pools."""

@@ -1,0 +1,121 @@
+"""A stand-in LLM engine with latency and failure knobs, for fast tests of our own logic.
+
+It speaks Ray Serve LLM's engine interface (pass it as `engine_cls`), answers instantly
+or at a set pace, and stamps every answer with the pool and replica that served it.
+Knobs come from the pool's engine_kwargs: `fake_ttft_s`, `fake_tpot_s`. A prompt
+containing FAIL_ENGINE makes it raise, as a crashed engine would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from typing import Any, AsyncGenerator
+
+from ray import serve
+from ray.llm._internal.serve.core.configs.openai_api_models import (
+    ChatCompletionResponse,
+    ChatCompletionStreamResponse,
+    CompletionResponse,
+    CompletionStreamResponse,
+)
+from ray.llm._internal.serve.core.engine.protocol import LLMEngine
+from vllm.entrypoints.openai.chat_completion.protocol import (
+    ChatCompletionResponseChoice,
+    ChatCompletionResponseStreamChoice,
+    ChatMessage,
+    DeltaMessage,
+)
+from vllm.entrypoints.openai.completion.protocol import (
+    CompletionResponseChoice,
+    CompletionResponseStreamChoice,
+)
+from vllm.entrypoints.serve.engine.protocol import UsageInfo
+
+FAIL_MARKER = "FAIL_ENGINE"
+
+
+class FakeEngine(LLMEngine):
+    def __init__(self, llm_config) -> None:
+        self._config = llm_config
+        kwargs = llm_config.engine_kwargs
+        self._ttft_s = float(kwargs.get("fake_ttft_s", 0.0))
+        self._tpot_s = float(kwargs.get("fake_tpot_s", 0.0))
+        self._stamp = "unstarted"
+
+    async def start(self) -> None:
+        context = serve.get_replica_context()
+        self._stamp = f"{context.deployment}/{context.replica_id.unique_id}"
+
+    async def chat(self, request, raw_request_info=None) -> AsyncGenerator[Any, None]:
+        prompt = " ".join(str(m.get("content", "")) for m in request.messages)
+        async for item in self._generate(request, prompt, chat=True):
+            yield item
+
+    async def completions(self, request, raw_request_info=None) -> AsyncGenerator[Any, None]:
+        async for item in self._generate(request, str(request.prompt), chat=False):
+            yield item
+
+    async def _generate(self, request, prompt: str, chat: bool) -> AsyncGenerator[Any, None]:
+        if FAIL_MARKER in prompt:
+            raise RuntimeError("fake engine crashed on request")
+        words = [f"served-by={self._stamp}"] + [f"w{i}" for i in range(request.max_tokens - 1)]
+        usage = UsageInfo(
+            prompt_tokens=len(prompt.split()),
+            completion_tokens=len(words),
+            total_tokens=len(prompt.split()) + len(words),
+        )
+        request_id, created = f"fake-{uuid.uuid4().hex[:12]}", int(time.time())
+        model = request.model or self._config.model_id
+        await asyncio.sleep(self._ttft_s)
+        if not request.stream:
+            await asyncio.sleep(self._tpot_s * (len(words) - 1))
+            text = " ".join(words)
+            if chat:
+                choice = ChatCompletionResponseChoice(
+                    index=0, message=ChatMessage(role="assistant", content=text), finish_reason="length"
+                )
+                yield ChatCompletionResponse(id=request_id, created=created, model=model, choices=[choice], usage=usage)
+            else:
+                choice = CompletionResponseChoice(index=0, text=text, finish_reason="length")
+                yield CompletionResponse(id=request_id, created=created, model=model, choices=[choice], usage=usage)
+            return
+        for index, word in enumerate(words):
+            if index:
+                await asyncio.sleep(self._tpot_s)
+            last = index == len(words) - 1
+            finish = "length" if last else None
+            if chat:
+                chunk = ChatCompletionStreamResponse(
+                    id=request_id, created=created, model=model,
+                    choices=[ChatCompletionResponseStreamChoice(
+                        index=0, delta=DeltaMessage(content=word + " "), finish_reason=finish)],
+                )
+            else:
+                chunk = CompletionStreamResponse(
+                    id=request_id, created=created, model=model,
+                    choices=[CompletionResponseStreamChoice(index=0, text=word + " ", finish_reason=finish)],
+                )
+            yield f"data: {chunk.model_dump_json()}\n\n"
+        yield "data: [DONE]\n\n"
+
+    # The rest of the engine interface: nothing to do for a stand-in.
+
+    def routing_stats(self) -> dict:
+        return {}
+
+    async def resolve_lora(self, lora_model) -> None:
+        raise NotImplementedError("the fake engine has no LoRA support")
+
+    async def embeddings(self, request, raw_request_info=None):
+        raise NotImplementedError("the fake engine does not embed")
+
+    async def transcriptions(self, request, raw_request_info=None):
+        raise NotImplementedError("the fake engine does not transcribe")
+
+    async def reset_prefix_cache(self) -> None:
+        return None
+
+    async def check_health(self) -> None:
+        return None

@@ -1,0 +1,92 @@
+"""Routing policies: which pool serves a request, decided as data with a reason."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from serve_app.config import PoolConfig, RoutingConfig
+
+
+@dataclass(frozen=True)
+class RouteRequest:
+    """What a policy knows of a request: its size and what its scenario asks for."""
+
+    prompt_tokens: int
+    max_tokens: int
+    scenario: str
+    prefer_cheapest: bool = False
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.max_tokens
+
+
+@dataclass(frozen=True)
+class RouteDecision:
+    pool: str
+    reason: str
+
+
+class RoutingPolicy:
+    """Picks one of the candidate pools, or None when none of them can take the request.
+
+    Candidates are already limited to the pools the request's scenario may use; subclasses
+    register under a name that configs refer to (`routing.policy`).
+    """
+
+    registry: ClassVar[dict[str, type[RoutingPolicy]]] = {}
+
+    def __init_subclass__(cls, *, name: str, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        RoutingPolicy.registry[name] = cls
+
+    def __init__(self, config: RoutingConfig) -> None:
+        self.config = config
+
+    @classmethod
+    def from_config(cls, config: RoutingConfig) -> RoutingPolicy:
+        try:
+            policy_cls = cls.registry[config.policy]
+        except KeyError:
+            raise ValueError(
+                f"unknown routing policy {config.policy!r}; known: {sorted(cls.registry)}"
+            ) from None
+        return policy_cls(config)
+
+    def choose(
+        self, request: RouteRequest, candidates: dict[str, PoolConfig]
+    ) -> RouteDecision | None:
+        raise NotImplementedError
+
+
+class ContextLengthPolicy(RoutingPolicy, name="context_length"):
+    """Short requests to short pools, long ones to long pools, so a long prompt never
+    queues in front of a chat reply. Size is prompt + max_tokens: the KV cache a request
+    may grow to, which is what makes it slow for its neighbours."""
+
+    def choose(
+        self, request: RouteRequest, candidates: dict[str, PoolConfig]
+    ) -> RouteDecision | None:
+        need = request.total_tokens
+        fitting = {name: pool for name, pool in candidates.items() if pool.max_model_len >= need}
+        if not fitting:
+            return None
+        threshold = self.config.short_context_threshold_tokens
+        role = "short" if need <= threshold else "long"
+        size = (
+            f"prompt {request.prompt_tokens} + max_tokens {request.max_tokens} = {need} "
+            f"{'<=' if role == 'short' else '>'} threshold {threshold}"
+        )
+        in_role = {name: pool for name, pool in fitting.items() if pool.role == role}
+        if request.prefer_cheapest:
+            name = min(fitting, key=lambda n: (fitting[n].price_usd_per_hour, fitting[n].role != role))
+            price = fitting[name].price_usd_per_hour
+            return RouteDecision(name, f"{size}; cheapest pool that fits (${price:g}/h)")
+        if in_role:
+            return RouteDecision(next(iter(in_role)), f"{size}: {role} pool")
+        # No pool of the wanted kind is open to this scenario: the smallest that fits wastes least.
+        name = min(fitting, key=lambda n: fitting[n].max_model_len)
+        return RouteDecision(
+            name, f"{size}: no {role} pool for this scenario; smallest pool that fits"
+        )

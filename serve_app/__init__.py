@@ -1,0 +1,1 @@
+"""Trilemma's online app: config, app builder and HTTP surface."""

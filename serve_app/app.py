@@ -1,0 +1,49 @@
+"""Builds the Ray Serve application: the router in front of one deployment per pool."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ray import serve
+from ray.llm._internal.serve.core.configs.openai_api_models import to_model_metadata
+from ray.serve.deployment import Application
+
+from deployments.pool import build_pool_deployment, llm_config_for_pool
+from serve_app.config import DEFAULT_CONFIG_PATH, TrilemmaConfig
+from serve_app.http_api import router_ingress_class
+from serve_app.model_store import resolve_model_source
+
+
+def build_app(
+    config: TrilemmaConfig, *, engine_cls: type | None = None, model_source: str | None = None
+) -> Application:
+    """The whole online path. `model_source` skips resolving `config.model.source` (tests
+    with a fake engine need no model weights, only a tokenizer)."""
+    source = model_source or resolve_model_source(config.model.source)
+    llm_configs = {
+        name: llm_config_for_pool(name, pool, config.model, source)
+        for name, pool in config.pools.items()
+    }
+    pools = {
+        name: build_pool_deployment(name, llm_config, engine_cls)
+        for name, llm_config in llm_configs.items()
+    }
+    model_card = to_model_metadata(config.model.name, next(iter(llm_configs.values())))
+    router = serve.deployment(
+        router_ingress_class(),
+        name="router",
+        num_replicas=config.router.replicas,
+        max_ongoing_requests=config.router.max_ongoing_requests,
+        ray_actor_options={"num_cpus": config.router.num_cpus},
+    )
+    return router.bind(
+        pools=pools, model_card=model_card, config=config, tokenizer_source=source
+    )
+
+
+def app_builder(args: dict[str, Any]) -> Application:
+    """Entry point of `serve run serve_app.app:app_builder [config=PATH]`."""
+    unknown = sorted(set(args) - {"config"})
+    if unknown:
+        raise ValueError(f"unknown arguments {unknown}; the only one is config=PATH")
+    return build_app(TrilemmaConfig.from_yaml(args.get("config", DEFAULT_CONFIG_PATH)))

@@ -1,0 +1,69 @@
+"""The `trilemma` command line."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import threading
+import time
+
+from serve_app.config import DEFAULT_CONFIG_PATH, ConfigError, TrilemmaConfig
+from serve_app.model_store import resolve_model_source
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="trilemma", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve_cmd = commands.add_parser("serve", help="prepare the model and serve the app")
+    serve_cmd.add_argument("--config", default=str(DEFAULT_CONFIG_PATH), help="YAML config")
+    serve_cmd.add_argument("--port", type=int, help="override http.port")
+    prepare = commands.add_parser("prepare-model", help="fetch and convert the configured model")
+    prepare.add_argument("--config", default=str(DEFAULT_CONFIG_PATH), help="YAML config")
+    check = commands.add_parser("check-config", help="validate a config and print it")
+    check.add_argument("config", help="YAML config")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    try:
+        config = TrilemmaConfig.from_yaml(args.config)
+    except ConfigError as error:
+        print(f"trilemma: {error}", file=sys.stderr)
+        return 2
+    if args.command == "check-config":
+        print(config.model_dump_json(indent=2))
+        return 0
+    if args.command == "prepare-model":
+        print(resolve_model_source(config.model.source))
+        return 0
+    if args.port:
+        config = config.model_copy(update={"http": config.http.model_copy(update={"port": args.port})})
+    return _serve(config)
+
+
+def _serve(config: TrilemmaConfig) -> int:
+    from serve_app.launcher import deploy
+
+    started = time.monotonic()
+    source = resolve_model_source(config.model.source)
+    print(f"model ready in {time.monotonic() - started:.0f} s: {source}", flush=True)
+    url = deploy(config, model_source=source)
+    print(
+        f"\nTrilemma is serving {config.model.name} at {url}/v1 "
+        f"(ready {time.monotonic() - started:.0f} s after start; Ctrl-C stops it)\n"
+        f"  curl {url}/v1/chat/completions -H 'Content-Type: application/json' "
+        f"-d '{{\"model\": \"{config.model.name}\", \"messages\": [{{\"role\": \"user\", "
+        f"\"content\": \"Hello!\"}}]}}'\n",
+        flush=True,
+    )
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        from ray import serve
+
+        serve.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,218 @@
+"""The one YAML config: model, pools, scenarios and routing, validated before anything starts."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveInt, ValidationError
+from pydantic import model_validator
+
+from serve_app.model_store import EMBEDDED_MODEL_REF
+
+CONFIG_DIR = Path(__file__).parent / "configs"
+DEFAULT_CONFIG_PATH = CONFIG_DIR / "local-cpu.yaml"
+
+_NAME = re.compile(r"^[a-z][a-z0-9-]{0,39}$")
+# Settings with a field of their own; repeating them in engine_kwargs would give two truths.
+_OWNED_ENGINE_KWARGS = ("max_model_len", "max_num_seqs", "quantization")
+
+
+class ConfigError(ValueError):
+    """A config file that cannot be used, with the file and the offending keys named."""
+
+
+class StrictModel(BaseModel):
+    """Base of every config section: unknown keys are errors, values are immutable."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelSpec(StrictModel):
+    name: str = Field(
+        "SmolLM2-135M-Instruct",
+        description="Public model name: what clients send as `model` and see in /v1/models.",
+    )
+    source: str = Field(
+        EMBEDDED_MODEL_REF,
+        description=f"What the engines load: `{EMBEDDED_MODEL_REF}` (the model this package "
+        "embeds, prepared on first use), a Hugging Face id, or a local folder.",
+    )
+
+
+class PoolConfig(StrictModel):
+    role: Literal["short", "long"] = Field(
+        description="Which requests the pool is for: `short` context (low latency) or `long`."
+    )
+    max_model_len: PositiveInt = Field(description="Longest prompt + completion, in tokens.")
+    max_num_seqs: PositiveInt = Field(description="Most sequences one engine batches at once.")
+    replicas: PositiveInt = Field(1, description="Engine replicas in the pool.")
+    max_ongoing_requests: PositiveInt = Field(
+        64, description="Requests one replica accepts at once before Serve queues them."
+    )
+    accelerator: str = Field(
+        "cpu",
+        description="`cpu`, or the Ray accelerator type of the GPUs (e.g. `H100`, `H200`, `L4`).",
+    )
+    resources: dict[str, float] = Field(
+        default_factory=lambda: {"CPU": 1.0},
+        description="Ray resources one CPU engine reserves (its placement-group bundle). "
+        "GPU pools derive theirs from `accelerator` and the engine's parallelism.",
+    )
+    quantization: str | None = Field(
+        None, description="vLLM quantization method (e.g. `fp8`, `awq`); null for full precision."
+    )
+    price_usd_per_hour: NonNegativeFloat = Field(
+        0.0, description="What one replica costs per hour; the cost scenario prefers cheaper pools."
+    )
+    engine_kwargs: dict[str, Any] = Field(
+        default_factory=dict, description="Further vLLM engine arguments, passed through as given."
+    )
+    env: dict[str, str] = Field(
+        default_factory=dict, description="Environment variables of the engine processes."
+    )
+
+    @model_validator(mode="after")
+    def _engine_kwargs_do_not_shadow_fields(self) -> PoolConfig:
+        shadowed = sorted(set(self.engine_kwargs) & set(_OWNED_ENGINE_KWARGS))
+        if shadowed:
+            raise ValueError(f"engine_kwargs must not set {shadowed}: use the pool's own fields")
+        return self
+
+    @property
+    def is_cpu(self) -> bool:
+        return self.accelerator.lower() == "cpu"
+
+    @property
+    def uses_priority_scheduling(self) -> bool:
+        return self.engine_kwargs.get("scheduling_policy") == "priority"
+
+
+class ScenarioConfig(StrictModel):
+    description: str = Field("", description="What the scenario is for, for people.")
+    priority: int = Field(
+        description="Priority class; lower is served first (vLLM's convention), 0 is real-time."
+    )
+    default_max_tokens: PositiveInt = Field(
+        256, description="Completion budget assumed when a request sets no max_tokens."
+    )
+    max_tokens_cap: PositiveInt | None = Field(
+        None, description="Largest max_tokens the scenario allows; larger requests are capped."
+    )
+    max_temperature: NonNegativeFloat | None = Field(
+        None, description="Highest sampling temperature allowed; higher or unset is lowered to it."
+    )
+    unquantized_only: bool = Field(False, description="Only pools without quantization may serve it.")
+    prefer: Literal["context_fit", "cheapest"] = Field(
+        "context_fit",
+        description="`context_fit`: the pool of the request's length class; "
+        "`cheapest`: the lowest price_usd_per_hour among pools that fit.",
+    )
+    pools: list[str] | None = Field(
+        None, description="Pools the scenario may use; null means all (an empty list: none)."
+    )
+
+    @model_validator(mode="after")
+    def _default_within_cap(self) -> ScenarioConfig:
+        if self.max_tokens_cap is not None and self.default_max_tokens > self.max_tokens_cap:
+            # A default above the cap would only be capped again; keep the two consistent.
+            object.__setattr__(self, "default_max_tokens", self.max_tokens_cap)
+        return self
+
+    def admits(self, pool_name: str, pool: PoolConfig) -> bool:
+        if self.pools is not None and pool_name not in self.pools:
+            return False
+        return not (self.unquantized_only and pool.quantization)
+
+
+class RoutingConfig(StrictModel):
+    policy: str = Field("context_length", description="Routing policy, by registered name.")
+    short_context_threshold_tokens: PositiveInt = Field(
+        1024, description="prompt + max_tokens at or under this goes to a short pool."
+    )
+    default_scenario: str = Field(
+        "chat", description="Scenario of /v1/* requests that carry no X-Scenario header."
+    )
+
+
+class RouterConfig(StrictModel):
+    replicas: PositiveInt = Field(1, description="Router (ingress) replicas.")
+    max_ongoing_requests: PositiveInt = Field(
+        1000, description="Requests one router replica handles at once."
+    )
+    num_cpus: NonNegativeFloat = Field(
+        0.0, description="CPUs Ray reserves per router replica; it waits on I/O, so 0 by default."
+    )
+    request_timeout_s: PositiveInt = Field(600, description="Longest a request may take in all.")
+
+
+class LocalRayConfig(StrictModel):
+    num_cpus: PositiveInt | None = Field(
+        4,
+        description="Logical CPUs a locally started Ray advertises (null: the machine's cores). "
+        "Engines reserve whole CPUs, so a small machine advertises more than it has.",
+    )
+
+
+class HttpConfig(StrictModel):
+    host: str = Field("127.0.0.1", description="Address the HTTP proxy binds.")
+    port: int = Field(8000, ge=1, le=65535, description="Port the HTTP proxy listens on.")
+
+
+class TrilemmaConfig(StrictModel):
+    app_name: str = Field("trilemma", description="Ray Serve application name.")
+    model: ModelSpec = Field(default_factory=ModelSpec)
+    routing: RoutingConfig = Field(default_factory=RoutingConfig)
+    router: RouterConfig = Field(default_factory=RouterConfig)
+    pools: dict[str, PoolConfig] = Field(description="Engine pools by name.")
+    scenarios: dict[str, ScenarioConfig] = Field(description="Scenario profiles by name.")
+    local_ray: LocalRayConfig = Field(default_factory=LocalRayConfig)
+    http: HttpConfig = Field(default_factory=HttpConfig)
+
+    @model_validator(mode="after")
+    def _names_and_references(self) -> TrilemmaConfig:
+        if not self.pools:
+            raise ValueError("pools: at least one pool is required")
+        for kind, names in (("pool", self.pools), ("scenario", self.scenarios)):
+            for name in names:
+                if not _NAME.match(name):
+                    raise ValueError(f"{kind} name {name!r} must match {_NAME.pattern}")
+        for scenario_name, scenario in self.scenarios.items():
+            unknown = sorted(set(scenario.pools or ()) - set(self.pools))
+            if unknown:
+                raise ValueError(
+                    f"scenarios.{scenario_name}.pools names unknown pools {unknown}; "
+                    f"configured: {sorted(self.pools)}"
+                )
+        if self.routing.default_scenario not in self.scenarios:
+            raise ValueError(
+                f"routing.default_scenario {self.routing.default_scenario!r} is not a scenario; "
+                f"configured: {sorted(self.scenarios)}"
+            )
+        return self
+
+    @property
+    def largest_max_model_len(self) -> int:
+        return max(pool.max_model_len for pool in self.pools.values())
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> TrilemmaConfig:
+        path = Path(path)
+        try:
+            raw = yaml.safe_load(path.read_text())
+        except (OSError, yaml.YAMLError) as error:
+            raise ConfigError(f"{path}: cannot read config: {error}") from error
+        return cls.from_dict(raw or {}, source=str(path))
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any], source: str = "config") -> TrilemmaConfig:
+        try:
+            return cls.model_validate(raw)
+        except ValidationError as error:
+            problems = "; ".join(
+                f"{'.'.join(str(part) for part in issue['loc']) or '(top level)'}: {issue['msg']}"
+                for issue in error.errors()
+            )
+            raise ConfigError(f"{source}: {problems}") from error

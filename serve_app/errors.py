@@ -1,0 +1,104 @@
+"""OpenAI-style error responses: one exception type, one JSON shape, the right status."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.responses import JSONResponse
+
+_TYPE_BY_STATUS = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    404: "not_found_error",
+    408: "timeout_error",
+    429: "rate_limit_error",
+    502: "upstream_error",
+    503: "service_unavailable_error",
+}
+
+
+class ApiError(Exception):
+    """An error the client should see as is: status, a message that names the limit, a code."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        code: str | None = None,
+        param: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.code = code
+        self.param = param
+        self.headers = headers or {}
+
+    def to_response(self) -> JSONResponse:
+        return JSONResponse(
+            status_code=self.status,
+            content=error_body(self.status, self.message, code=self.code, param=self.param),
+            headers=self.headers,
+        )
+
+
+def error_body(
+    status: int, message: str, *, code: str | None = None, param: str | None = None
+) -> dict[str, Any]:
+    return {
+        "error": {
+            "message": message,
+            "type": _TYPE_BY_STATUS.get(status, "server_error" if status >= 500 else "invalid_request_error"),
+            "param": param,
+            "code": code,
+        }
+    }
+
+
+def validation_error(error: RequestValidationError | Exception) -> ApiError:
+    """A 400 that says what is wrong with the body: bad JSON, or which field fails and why."""
+    issues = error.errors() if hasattr(error, "errors") else []
+    raw_body = getattr(error, "body", None)
+    if isinstance(raw_body, (bytes, str)):
+        # FastAPI hands on a body it could not decode as is; say so rather than "not an object".
+        try:
+            json.loads(raw_body)
+        except ValueError as decode_error:
+            return ApiError(400, f"malformed JSON body: {decode_error}", code="invalid_json")
+    if any(issue.get("type") == "json_invalid" for issue in issues):
+        detail = next(issue for issue in issues if issue.get("type") == "json_invalid")
+        reason = (detail.get("ctx") or {}).get("error", "invalid JSON")
+        return ApiError(400, f"malformed JSON body: {reason}", code="invalid_json")
+    parts = []
+    for issue in issues[:5]:
+        location = ".".join(str(p) for p in issue.get("loc", ()) if p != "body") or "body"
+        parts.append(f"{location}: {issue.get('msg', 'invalid')}")
+    first_param = ".".join(str(p) for p in issues[0].get("loc", ()) if p != "body") if issues else None
+    return ApiError(
+        400,
+        "invalid request: " + ("; ".join(parts) or str(error)),
+        code="invalid_request",
+        param=first_param or None,
+    )
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Every error leaves the router in one OpenAI shape, whichever layer raised it."""
+
+    @app.exception_handler(ApiError)
+    async def _api_error(_: Request, error: ApiError) -> JSONResponse:
+        return error.to_response()
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid_body(_: Request, error: RequestValidationError) -> JSONResponse:
+        return validation_error(error).to_response()
+
+    @app.exception_handler(HTTPException)
+    async def _http_error(_: Request, error: HTTPException) -> JSONResponse:
+        code = "model_not_found" if error.status_code == 404 else None
+        return ApiError(error.status_code, str(error.detail), code=code).to_response()

@@ -1,0 +1,30 @@
+"""The HTTP surface of the router: its paths and how its errors look."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+from ray.llm._internal.serve.core.configs.openai_api_models import ModelCard, ModelList
+from ray.llm._internal.serve.core.ingress.ingress import init, make_fastapi_ingress
+
+from deployments.router import TrilemmaRouter
+from serve_app.errors import install_error_handlers
+
+# Router method -> route. The OpenAI paths, plus one family per scenario, so that
+# `OpenAI(base_url=".../api/batch")` works as well as a plain POST to /api/batch.
+ROUTER_ENDPOINTS = {
+    "models": lambda app: app.get("/v1/models", response_model=ModelList),
+    "model_data": lambda app: app.get("/v1/models/{model:path}", response_model=ModelCard),
+    "chat": lambda app: app.post("/v1/chat/completions"),
+    "completions": lambda app: app.post("/v1/completions"),
+    "scenario_request": lambda app: app.post("/api/{scenario}"),
+    "scenario_chat": lambda app: app.post("/api/{scenario}/chat/completions"),
+    "scenario_completions": lambda app: app.post("/api/{scenario}/completions"),
+    "scenario_models": lambda app: app.get("/api/{scenario}/models", response_model=ModelList),
+}
+
+
+def router_ingress_class() -> type:
+    """TrilemmaRouter as a Serve ingress on a FastAPI app with OpenAI-style errors."""
+    app: FastAPI = init()
+    install_error_handlers(app)
+    return make_fastapi_ingress(TrilemmaRouter, endpoint_map=ROUTER_ENDPOINTS, app=app)

@@ -1,0 +1,39 @@
+"""Starts Ray (when none is running) and the Serve application, and says where it listens."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import ray
+from ray import serve
+
+from serve_app.app import build_app
+from serve_app.config import TrilemmaConfig
+
+logger = logging.getLogger(__name__)
+
+
+def ensure_ray(config: TrilemmaConfig) -> None:
+    """Joins the cluster named by RAY_ADDRESS, or starts a local one sized by `local_ray`."""
+    if ray.is_initialized():
+        return
+    if os.environ.get("RAY_ADDRESS"):
+        ray.init()
+    else:
+        ray.init(num_cpus=config.local_ray.num_cpus)
+
+
+def deploy(
+    config: TrilemmaConfig, *, engine_cls: type | None = None, model_source: str | None = None
+) -> str:
+    """Deploys the app and returns its base URL once every replica is ready (warmed up)."""
+    ensure_ray(config)
+    serve.start(http_options={"host": config.http.host, "port": config.http.port})
+    serve.run(
+        build_app(config, engine_cls=engine_cls, model_source=model_source),
+        name=config.app_name,
+        route_prefix="/",
+    )
+    host = "127.0.0.1" if config.http.host in ("0.0.0.0", "::") else config.http.host
+    return f"http://{host}:{config.http.port}"

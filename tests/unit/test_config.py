@@ -1,0 +1,85 @@
+"""Config loading: the shipped files load; typos and bad values fail with their key named."""
+
+from __future__ import annotations
+
+import pytest
+
+from serve_app.config import CONFIG_DIR, ConfigError, TrilemmaConfig
+
+
+def _raw() -> dict:
+    return TrilemmaConfig.from_yaml(CONFIG_DIR / "local-cpu.yaml").model_dump()
+
+
+@pytest.mark.parametrize("name", ["local-cpu.yaml", "gpu.yaml"])
+def test_shipped_configs_load(name):
+    config = TrilemmaConfig.from_yaml(CONFIG_DIR / name)
+    assert {pool.role for pool in config.pools.values()} == {"short", "long"}
+    assert set(config.scenarios) == {"chat", "quality", "cost", "batch"}
+
+
+def test_defaults_match_the_scenario_profiles():
+    config = TrilemmaConfig.from_yaml(CONFIG_DIR / "local-cpu.yaml")
+    chat, quality, cost, batch = (config.scenarios[n] for n in ("chat", "quality", "cost", "batch"))
+    assert chat.max_tokens_cap == 128 and chat.priority == min(s.priority for s in config.scenarios.values())
+    assert quality.max_temperature == 0.1 and quality.unquantized_only
+    assert cost.max_tokens_cap == 64 and cost.prefer == "cheapest"
+    assert batch.priority == max(s.priority for s in config.scenarios.values())
+    assert config.routing.short_context_threshold_tokens == 1024
+
+
+def _error_for(mutate) -> str:
+    raw = _raw()
+    mutate(raw)
+    with pytest.raises(ConfigError) as caught:
+        TrilemmaConfig.from_dict(raw, source="test.yaml")
+    return str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "mutate, expected",
+    [
+        (lambda r: r["pools"]["short"].update(max_num_seq=4), "pools.short.max_num_seq: Extra inputs"),
+        (lambda r: r.update(routng={}), "routng: Extra inputs"),
+        (lambda r: r["scenarios"]["chat"].update(max_token_cap=5), "scenarios.chat.max_token_cap"),
+        (lambda r: r["pools"]["short"].update(max_model_len=0), "pools.short.max_model_len"),
+        (lambda r: r["pools"]["long"].update(role="huge"), "pools.long.role"),
+        (lambda r: r["routing"].update(short_context_threshold_tokens="many"), "short_context_threshold_tokens"),
+        (lambda r: r["scenarios"]["cost"].update(pools=["tiny"]), "unknown pools ['tiny']"),
+        (lambda r: r["routing"].update(default_scenario="nope"), "default_scenario 'nope'"),
+        (lambda r: r["pools"]["short"].update(engine_kwargs={"max_model_len": 9}), "must not set ['max_model_len']"),
+        (lambda r: r.update(pools={}), "at least one pool"),
+        (lambda r: r["pools"].update({"Bad_Name": r["pools"]["short"]}), "pool name 'Bad_Name'"),
+        (lambda r: r["http"].update(port=70000), "http.port"),
+    ],
+)
+def test_bad_config_names_the_key(mutate, expected):
+    message = _error_for(mutate)
+    assert message.startswith("test.yaml: ")
+    assert expected in message
+
+
+def test_unreadable_yaml_is_a_config_error(tmp_path):
+    path = tmp_path / "broken.yaml"
+    path.write_text("pools: [unclosed")
+    with pytest.raises(ConfigError, match="broken.yaml: cannot read config"):
+        TrilemmaConfig.from_yaml(path)
+
+
+def test_default_budget_never_exceeds_the_cap():
+    raw = _raw()
+    raw["scenarios"]["chat"]["default_max_tokens"] = 500
+    config = TrilemmaConfig.from_dict(raw)
+    assert config.scenarios["chat"].default_max_tokens == 128
+
+
+def test_scenario_admits_by_list_and_quantization():
+    raw = _raw()
+    raw["pools"]["long"]["quantization"] = "fp8"
+    raw["scenarios"]["cost"]["pools"] = ["short"]
+    config = TrilemmaConfig.from_dict(raw)
+    quality, cost, chat = config.scenarios["quality"], config.scenarios["cost"], config.scenarios["chat"]
+    assert quality.admits("short", config.pools["short"])
+    assert not quality.admits("long", config.pools["long"])
+    assert not cost.admits("long", config.pools["long"])
+    assert chat.admits("long", config.pools["long"])

@@ -1,0 +1,38 @@
+"""Error bodies: OpenAI's shape, and 400 messages that say what is wrong."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from fastapi.exceptions import RequestValidationError
+from pydantic import ValidationError
+from ray.llm._internal.serve.core.configs.openai_api_models import ChatCompletionRequest
+
+from serve_app.errors import ApiError, error_body, validation_error
+
+
+def test_error_body_shape():
+    assert error_body(503, "no pool", code="no_provider") == {
+        "error": {"message": "no pool", "type": "service_unavailable_error", "param": None, "code": "no_provider"}
+    }
+
+
+def test_api_error_response_carries_status_and_headers():
+    response = ApiError(429, "slow down", headers={"Retry-After": "3"}).to_response()
+    assert response.status_code == 429 and response.headers["retry-after"] == "3"
+    assert json.loads(response.body)["error"]["type"] == "rate_limit_error"
+
+
+def test_malformed_json_is_named():
+    error = RequestValidationError([{"type": "model_attributes_type", "loc": ("body",), "msg": "x"}], body=b"{bad")
+    api_error = validation_error(error)
+    assert api_error.status == 400 and api_error.message.startswith("malformed JSON body:")
+
+
+def test_schema_error_names_the_field():
+    with pytest.raises(ValidationError) as caught:
+        ChatCompletionRequest.model_validate({"model": "m", "messages": "not a list"})
+    api_error = validation_error(caught.value)
+    assert api_error.status == 400
+    assert "messages" in api_error.message and api_error.param == "messages"
