@@ -1,0 +1,128 @@
+"""End to end: the real vLLM CPU engine and the embedded SmolLM2, through the `openai` client."""
+
+from __future__ import annotations
+
+import httpx
+import openai
+import pytest
+from ray import serve
+
+from serve_app.launcher import deploy
+from tests.support import config_for_tests
+
+pytestmark = pytest.mark.e2e
+
+MODEL = "SmolLM2-135M-Instruct"
+QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
+# Real prose, long enough that prompt + max_tokens crosses the 1024-token threshold.
+LONG_DOCUMENT = (
+    "Ray Serve is a scalable model serving library for building online inference APIs. "
+    "It is framework-agnostic, so one toolkit serves everything from deep learning models "
+    "to arbitrary business logic, and it scales replicas up and down with the load. "
+) * 25
+
+
+@pytest.fixture(scope="module")
+def base_url(ray_cluster, embedded_model_dir):
+    config = config_for_tests()
+    url = deploy(config, model_source=str(embedded_model_dir))
+    yield url
+    serve.delete(config.app_name)
+
+
+@pytest.fixture
+def client(base_url):
+    return openai.OpenAI(base_url=f"{base_url}/v1", api_key="unused", max_retries=0, timeout=120)
+
+
+def ask(client, **fields):
+    """A chat completion with its HTTP headers."""
+    raw = client.chat.completions.with_raw_response.create(model=MODEL, **fields)
+    return raw.parse(), raw.headers
+
+
+def test_models_lists_the_public_name_once(client):
+    assert [model.id for model in client.models.list().data] == [MODEL]
+
+
+def test_chat_answers_and_counts_tokens_like_the_engine(client):
+    reply, headers = ask(client, messages=QUESTION, max_tokens=16, temperature=0)
+    assert "Paris" in reply.choices[0].message.content
+    assert headers["x-trilemma-pool"] == "short"
+    assert headers["x-trilemma-scenario"] == "chat"
+    # The router's count (used for routing) is the engine's count of the same prompt.
+    assert reply.usage.prompt_tokens == int(headers["x-trilemma-prompt-tokens"])
+    assert 0 < reply.usage.completion_tokens <= 16
+
+
+def test_chat_streams(client):
+    with client.chat.completions.with_streaming_response.create(
+        model=MODEL, messages=QUESTION, max_tokens=16, temperature=0, stream=True
+    ) as response:
+        assert response.headers["x-trilemma-pool"] == "short"
+        chunks = [chunk for chunk in response.parse()]
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert "Paris" in text and len(chunks) > 3
+
+
+def test_completions_plain_and_streamed(client):
+    reply = client.completions.create(model=MODEL, prompt="The capital of France is", max_tokens=8, temperature=0)
+    assert reply.choices[0].text.strip() and reply.usage.completion_tokens > 0
+    streamed = client.completions.create(
+        model=MODEL, prompt="The capital of France is", max_tokens=8, temperature=0, stream=True
+    )
+    assert "".join(chunk.choices[0].text for chunk in streamed) == reply.choices[0].text
+
+
+def test_long_prompt_goes_to_the_long_pool(client):
+    messages = [{"role": "user", "content": f"Summarize in one sentence:\n\n{LONG_DOCUMENT}"}]
+    reply, headers = ask(client, messages=messages, max_tokens=16, temperature=0, extra_headers={"X-Scenario": "batch"})
+    assert headers["x-trilemma-pool"] == "long"
+    assert "> threshold 1024: long pool" in headers["x-trilemma-route-reason"]
+    assert reply.usage.prompt_tokens + 16 > 1024 and reply.choices[0].message.content
+
+
+def test_scenario_entry_point_with_the_openai_client(base_url):
+    quality = openai.OpenAI(base_url=f"{base_url}/api/quality", api_key="unused", max_retries=0)
+    raw = quality.chat.completions.with_raw_response.create(
+        model=MODEL, messages=QUESTION, max_tokens=8, temperature=1.5
+    )
+    assert raw.headers["x-trilemma-scenario"] == "quality"
+    assert "temperature 1.5 lowered to 0.1" in raw.headers["x-trilemma-adjustments"]
+    assert raw.parse().choices[0].message.content
+
+
+def assert_still_serving(client):
+    reply, _ = ask(client, messages=QUESTION, max_tokens=4, temperature=0)
+    assert reply.choices[0].message.content
+
+
+def test_oversize_prompt_is_400_with_both_numbers(client):
+    huge = [{"role": "user", "content": LONG_DOCUMENT * 8}]
+    with pytest.raises(openai.BadRequestError) as caught:
+        ask(client, messages=huge, max_tokens=16, extra_headers={"X-Scenario": "batch"})
+    message = caught.value.body["message"]
+    assert "max_tokens 16" in message and "max_model_len of 8192" in message
+    assert_still_serving(client)
+
+
+def test_bad_json_is_400(base_url, client):
+    response = httpx.post(f"{base_url}/v1/chat/completions", content=b'{"model": ', timeout=30)
+    assert response.status_code == 400
+    assert response.json()["error"]["message"].startswith("malformed JSON body")
+    assert_still_serving(client)
+
+
+def test_scenario_without_a_pool_is_503(base_url, client):
+    closed = openai.OpenAI(base_url=f"{base_url}/api/closed", api_key="unused", max_retries=0)
+    with pytest.raises(openai.APIStatusError) as caught:
+        closed.chat.completions.create(model=MODEL, messages=QUESTION, max_tokens=4)
+    assert caught.value.status_code == 503
+    assert caught.value.body["message"] == "no inference provider configured for scenario closed"
+    assert_still_serving(client)
+
+
+def test_unknown_model_is_404(client):
+    with pytest.raises(openai.NotFoundError):
+        client.chat.completions.create(model="gpt-4o", messages=QUESTION, max_tokens=4)
+    assert_still_serving(client)

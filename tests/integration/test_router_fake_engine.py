@@ -1,0 +1,136 @@
+"""The router on a real Ray Serve app whose pools run the fake engine: every route and error."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+from ray import serve
+
+from deployments.fake_engine import FAIL_MARKER, FakeEngine
+from serve_app.launcher import deploy
+from tests.support import config_for_tests
+
+pytestmark = pytest.mark.integration
+
+MODEL = "SmolLM2-135M-Instruct"
+
+
+@pytest.fixture(scope="module")
+def client(ray_cluster, embedded_model_dir):
+    config = config_for_tests()
+    url = deploy(config, engine_cls=FakeEngine, model_source=str(embedded_model_dir))
+    with httpx.Client(base_url=url, timeout=60) as client:
+        yield client
+    serve.delete(config.app_name)
+
+
+def chat(client, content="hi", headers=None, path="/v1/chat/completions", **fields):
+    body = {"model": MODEL, "messages": [{"role": "user", "content": content}], **fields}
+    return client.post(path, json=body, headers=headers or {})
+
+
+def served_by(response) -> str:
+    """The fake engine stamps the deployment that answered into the first word."""
+    content = response.json()["choices"][0]["message"]["content"]
+    return content.split()[0].removeprefix("served-by=").split("/")[0]
+
+
+def assert_healthy(client):
+    response = chat(client, max_tokens=3)
+    assert response.status_code == 200, response.text
+
+
+def test_models_lists_the_public_name_once(client):
+    models = client.get("/v1/models").json()["data"]
+    assert [m["id"] for m in models] == [MODEL]
+
+
+def test_short_request_goes_to_short_pool(client):
+    response = chat(client, max_tokens=5)
+    assert response.status_code == 200
+    assert response.headers["x-trilemma-pool"] == "short" == served_by(response).removeprefix("pool-")
+    assert response.headers["x-trilemma-scenario"] == "chat"
+    assert "<= threshold 1024: short pool" in response.headers["x-trilemma-route-reason"]
+
+
+def test_long_request_goes_to_long_pool(client):
+    response = chat(client, content="word " * 1100, max_tokens=5, headers={"X-Scenario": "batch"})
+    assert response.status_code == 200
+    assert response.headers["x-trilemma-pool"] == "long" == served_by(response).removeprefix("pool-")
+    assert "> threshold 1024: long pool" in response.headers["x-trilemma-route-reason"]
+
+
+def test_scenario_path_and_header_agree(client):
+    by_path = chat(client, path="/api/cost", max_tokens=500)
+    by_header = chat(client, headers={"X-Scenario": "cost"}, max_tokens=500)
+    for response in (by_path, by_header):
+        assert response.status_code == 200
+        assert response.headers["x-trilemma-scenario"] == "cost"
+        assert "capped to 64" in response.headers["x-trilemma-adjustments"]
+        assert response.json()["usage"]["completion_tokens"] == 64
+
+
+def test_plain_api_path_takes_completion_and_chat_bodies(client):
+    completion = client.post("/api/batch", json={"prompt": "hello", "max_tokens": 4})
+    assert completion.status_code == 200 and completion.json()["object"] == "text_completion"
+    assert completion.headers["x-trilemma-scenario"] == "batch"
+    chat_reply = client.post("/api/chat", json={"messages": [{"role": "user", "content": "hi"}]})
+    assert chat_reply.status_code == 200 and chat_reply.json()["object"] == "chat.completion"
+    assert chat_reply.json()["usage"]["completion_tokens"] == 128  # real-time cap as default
+
+
+def test_streaming_through_the_router(client):
+    with client.stream(
+        "POST", "/v1/completions", json={"model": MODEL, "prompt": "hi", "max_tokens": 3, "stream": True}
+    ) as response:
+        assert response.status_code == 200
+        assert response.headers["x-trilemma-pool"] == "short"
+        events = [line for line in response.iter_lines() if line.startswith("data: ")]
+    assert events[-1] == "data: [DONE]" and len(events) == 4
+
+
+def test_pool_header_pins_a_pool(client):
+    response = chat(client, headers={"X-Trilemma-Pool": "long"}, max_tokens=3)
+    assert response.headers["x-trilemma-pool"] == "long" == served_by(response).removeprefix("pool-")
+    assert "pinned" in response.headers["x-trilemma-route-reason"]
+
+
+@pytest.mark.parametrize(
+    "send, status, message",
+    [
+        (lambda c: c.post("/v1/chat/completions", content=b"{not json"), 400, "malformed JSON body"),
+        (lambda c: c.post("/api/chat", content=b"[1, 2"), 400, "malformed JSON body"),
+        (lambda c: c.post("/v1/chat/completions", json={"messages": "x"}), 400, "messages"),
+        (lambda c: chat(c, content="word " * 9000, max_tokens=5), 400, "over the largest pool's max_model_len of 8192"),
+        (lambda c: chat(c, path="/api/closed"), 503, "no inference provider configured for scenario closed"),
+        (lambda c: chat(c, path="/api/nope"), 404, "unknown scenario 'nope'"),
+        (lambda c: chat(c, headers={"X-Scenario": "nope"}), 400, "unknown scenario 'nope'"),
+        (lambda c: c.post("/v1/chat/completions", json={"model": "gpt-4", "messages": []}), 404, "model 'gpt-4' does not exist"),
+        (lambda c: chat(c, headers={"X-Trilemma-Pool": "huge"}), 400, "unknown pool 'huge'"),
+        (lambda c: chat(c, content=FAIL_MARKER, max_tokens=3), 502, "llm request failed: fake engine crashed"),
+    ],
+)
+def test_errors_are_openai_json_and_the_server_keeps_serving(client, send, status, message):
+    response = send(client)
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert message in error["message"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert_healthy(client)
+
+
+def test_oversize_error_says_both_numbers(client):
+    response = chat(client, content="word " * 9000, max_tokens=5, headers={"X-Scenario": "batch"})
+    message = response.json()["error"]["message"]
+    assert "prompt 90" in message and "max_tokens 5" in message and "8192" in message
+
+
+def test_engine_failure_mid_stream_ends_with_an_error_event(client):
+    with client.stream(
+        "POST", "/v1/chat/completions",
+        json={"model": MODEL, "messages": [{"role": "user", "content": FAIL_MARKER}], "stream": True},
+    ) as response:
+        body = response.read().decode()
+    # The fake fails before its first chunk, so the router can still answer with a status.
+    assert response.status_code == 502 and "llm request failed" in body
+    assert_healthy(client)
