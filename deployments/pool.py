@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import time
 from typing import Any
 
@@ -10,12 +9,14 @@ from ray.llm._internal.serve.core.configs.openai_api_models import (
     ChatCompletionRequest,
     CompletionRequest,
 )
+from ray.llm._internal.serve.observability.logging import get_logger
 from ray.serve.deployment import Application
 from ray.serve.llm import LLMConfig, LLMServer, build_llm_deployment
 
 from serve_app.config import ModelSpec, PoolConfig
 
-logger = logging.getLogger(__name__)
+# Ray's LLM logger: its lines reach the replica logs that Serve collects.
+logger = get_logger(__name__)
 
 
 class PoolServer(LLMServer):

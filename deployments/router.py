@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
 from typing import Any, AsyncGenerator
 
 from fastapi import HTTPException, Request
@@ -23,6 +22,7 @@ from ray.llm._internal.serve.core.ingress.utils import (
     _sanitize_chat_completion_request,
 )
 from ray.llm._internal.serve.core.protocol import RawRequestInfo
+from ray.llm._internal.serve.observability.logging import get_logger
 from ray.serve.handle import DeploymentHandle
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
@@ -32,7 +32,7 @@ from deployments.token_counter import PromptTokenCounter
 from serve_app.config import ScenarioConfig, TrilemmaConfig
 from serve_app.errors import ApiError, error_body, validation_error
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 SCENARIO_HEADER = "x-scenario"
 POOL_HEADER = "x-trilemma-pool"
@@ -120,29 +120,32 @@ class TrilemmaRouter(OpenAiIngress):
                 code="model_not_found",
                 param="model",
             )
-        applied = apply_profile(body, scenario)
-        if call_method == "chat":
-            prompt_tokens = await self._token_counter.count_chat(body.messages)
-        else:
-            prompt_tokens = await self._token_counter.count_completion(body.prompt)
-        max_tokens = self._fit_default_budget(body, prompt_tokens, applied)
-        decision = self._route(
-            scenario_name, scenario, prompt_tokens, max_tokens, request.headers.get(POOL_HEADER)
-        )
-        if self._config.pools[decision.pool].uses_priority_scheduling:
-            body.priority = scenario.priority
-        response = await self._forward(decision.pool, call_method, body, request)
-        response.headers.update(
-            {
-                "x-trilemma-pool": decision.pool,
-                "x-trilemma-scenario": scenario_name,
-                "x-trilemma-route-reason": decision.reason,
-                "x-trilemma-prompt-tokens": str(prompt_tokens),
-            }
-        )
+        headers = {"x-trilemma-scenario": scenario_name}
+        try:
+            applied = apply_profile(body, scenario)
+            prompt_tokens = await self._count_prompt(body, call_method)
+            headers["x-trilemma-prompt-tokens"] = str(prompt_tokens)
+            max_tokens = self._fit_default_budget(body, prompt_tokens, applied)
+            decision = self._route(
+                scenario_name, scenario, prompt_tokens, max_tokens, request.headers.get(POOL_HEADER)
+            )
+            headers.update({"x-trilemma-pool": decision.pool, "x-trilemma-route-reason": decision.reason})
+            if self._config.pools[decision.pool].uses_priority_scheduling:
+                body.priority = scenario.priority
+            response = await self._forward(decision.pool, call_method, body, request)
+        except ApiError as error:
+            # Errors say as much of the route as was decided, like answers do.
+            error.headers.update(headers)
+            raise
+        response.headers.update(headers)
         if applied.adjustments:
             response.headers["x-trilemma-adjustments"] = "; ".join(applied.adjustments)
         return response
+
+    async def _count_prompt(self, body: Any, call_method: str) -> int:
+        if call_method == "chat":
+            return await self._token_counter.count_chat(body.messages)
+        return await self._token_counter.count_completion(body.prompt)
 
     def _scenario(self, name: str, *, from_path: bool) -> ScenarioConfig:
         scenario = self._config.scenarios.get(name)

@@ -59,9 +59,15 @@ def _serve(config: TrilemmaConfig) -> int:
     try:
         threading.Event().wait()
     except KeyboardInterrupt:
-        from ray import serve
+        # Ctrl-C reaches Ray's local processes too, so a graceful serve.shutdown() would wait
+        # on a cluster that is already going; ending the driver's Ray is what stops it.
+        import ray
 
-        serve.shutdown()
+        from serve_app.launcher import reap_orphaned_engines
+
+        print("stopping", flush=True)
+        ray.shutdown()
+        reap_orphaned_engines()
     return 0
 
 

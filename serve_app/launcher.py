@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 import os
 
+import psutil
+
 import ray
 from ray import serve
 
@@ -37,3 +39,25 @@ def deploy(
     )
     host = "127.0.0.1" if config.http.host in ("0.0.0.0", "::") else config.http.host
     return f"http://{host}:{config.http.port}"
+
+
+def reap_orphaned_engines() -> list[int]:
+    """Kills vLLM engine processes of this session that lost their replica.
+
+    vLLM's engine core runs in a process group of its own and does not watch its parent, so
+    when Ray kills a replica (Ctrl-C, `ray stop`) the engine lives on, holding its memory and
+    KV cache. Only orphans (re-parented to init) of our own session are touched.
+    """
+    session = os.getsid(0)
+    reaped = []
+    for process in psutil.process_iter(["name", "ppid"]):
+        try:
+            orphaned_engine = process.info["ppid"] == 1 and (process.info["name"] or "").startswith("VLLM::")
+            if orphaned_engine and os.getsid(process.pid) == session:
+                process.kill()
+                reaped.append(process.pid)
+        except (psutil.Error, ProcessLookupError):
+            continue
+    if reaped:
+        logger.warning("killed %d orphaned vLLM engine processes: %s", len(reaped), reaped)
+    return reaped

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from serve_app.launcher import reap_orphaned_engines
 from serve_app.model_store import default_cache_dir, prepare_embedded_model
 
 
@@ -24,3 +25,4 @@ def ray_cluster():
     yield
     serve.shutdown()
     ray.shutdown()
+    reap_orphaned_engines()

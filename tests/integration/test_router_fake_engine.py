@@ -119,6 +119,15 @@ def test_errors_are_openai_json_and_the_server_keeps_serving(client, send, statu
     assert_healthy(client)
 
 
+def test_errors_after_routing_say_the_route(client):
+    failed = chat(client, content=FAIL_MARKER, max_tokens=3)
+    assert failed.status_code == 502
+    assert failed.headers["x-trilemma-pool"] == "short" and failed.headers["x-trilemma-scenario"] == "chat"
+    closed = chat(client, path="/api/closed")
+    assert closed.status_code == 503 and closed.headers["x-trilemma-scenario"] == "closed"
+    assert "x-trilemma-pool" not in closed.headers
+
+
 def test_oversize_error_says_both_numbers(client):
     response = chat(client, content="word " * 9000, max_tokens=5, headers={"X-Scenario": "batch"})
     message = response.json()["error"]["message"]
