@@ -33,16 +33,14 @@ class PoolServer(LLMServer):
     async def _warm_up(self) -> None:
         started = time.monotonic()
         model = self._llm_config.model_id
-        requests = [
-            ("chat", ChatCompletionRequest(
-                model=model, messages=[{"role": "user", "content": "Hello!"}],
-                max_tokens=4, stream=True,
-            )),
-            ("completions", CompletionRequest(model=model, prompt="Hello", max_tokens=4)),
-        ]
-        for method, request in requests:
-            async for _ in getattr(self.engine, method)(request, None):
-                pass
+        chat = ChatCompletionRequest(
+            model=model, messages=[{"role": "user", "content": "Hello!"}], max_tokens=4, stream=True
+        )
+        completion = CompletionRequest(model=model, prompt="Hello", max_tokens=4)
+        async for _ in self.engine.chat(chat, None):
+            pass
+        async for _ in self.engine.completions(completion, None):
+            pass
         logger.info("pool warm-up took %.1f s", time.monotonic() - started)
 
 

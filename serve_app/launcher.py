@@ -6,7 +6,6 @@ import logging
 import os
 
 import psutil
-
 import ray
 from ray import serve
 
