@@ -109,6 +109,11 @@ def test_pool_header_pins_a_pool(client):
         (lambda c: chat(c, headers={"X-Trilemma-Pool": "huge"}), 400, "unknown pool 'huge'"),
         (lambda c: chat(c, content=FAIL_MARKER, max_tokens=3), 502, "llm request failed: fake engine crashed"),
     ],
+    ids=[
+        "bad-json-v1", "bad-json-api", "schema", "oversize", "closed-scenario",
+        "unknown-scenario-path", "unknown-scenario-header", "unknown-model", "unknown-pool",
+        "engine-failure",
+    ],
 )
 def test_errors_are_openai_json_and_the_server_keeps_serving(client, send, status, message):
     response = send(client)

@@ -1,0 +1,42 @@
+"""The app builder turns each shipped config into Ray Serve LLM deployments, without starting them."""
+
+from __future__ import annotations
+
+import pytest
+
+from deployments.pool import deployment_name, llm_config_for_pool
+from serve_app.app import app_builder, build_app
+from serve_app.config import CONFIG_DIR, TrilemmaConfig
+
+
+def test_cpu_pool_is_one_cpu_bundle_with_its_own_core():
+    config = TrilemmaConfig.from_yaml(CONFIG_DIR / "local-cpu.yaml")
+    llm = llm_config_for_pool("short", config.pools["short"], config.model, "/models/smol")
+    assert llm.model_id == "SmolLM2-135M-Instruct"
+    assert llm.engine_kwargs["max_model_len"] == 2048 and llm.engine_kwargs["max_num_seqs"] == 8
+    assert llm.placement_group_config == {"bundles": [{"CPU": 1.0}]}
+    assert llm.runtime_env["env_vars"]["VLLM_CPU_OMP_THREADS_BIND"] == "0"
+    assert llm.deployment_config["ray_actor_options"] == {"num_cpus": 0}
+
+
+def test_gpu_pool_names_its_accelerator():
+    config = TrilemmaConfig.from_yaml(CONFIG_DIR / "gpu.yaml")
+    llm = llm_config_for_pool("long", config.pools["long"], config.model, config.model.source)
+    assert llm.accelerator_type == "H100"
+    assert llm.engine_kwargs["max_model_len"] == 32768
+    assert llm.engine_kwargs["enable_chunked_prefill"] is True
+
+
+@pytest.mark.parametrize("name", ["local-cpu.yaml", "gpu.yaml"])
+def test_build_app_binds_router_and_pools(name):
+    config = TrilemmaConfig.from_yaml(CONFIG_DIR / name)
+    app = build_app(config, model_source="/models/any")
+    bound = app._bound_deployment
+    assert bound.name == "router"
+    pools = bound.init_kwargs["pools"]
+    assert {p._bound_deployment.name for p in pools.values()} == {deployment_name(n) for n in config.pools}
+
+
+def test_app_builder_rejects_unknown_arguments():
+    with pytest.raises(ValueError, match="unknown arguments \\['port'\\]"):
+        app_builder({"port": "9000"})
