@@ -98,6 +98,10 @@ class FakeEngine(LLMEngine):
                     choices=[CompletionResponseStreamChoice(index=0, text=word + " ", finish_reason=finish)],
                 )
             yield f"data: {chunk.model_dump_json()}\n\n"
+        if request.stream_options and request.stream_options.include_usage:
+            response_cls = ChatCompletionStreamResponse if chat else CompletionStreamResponse
+            final = response_cls(id=request_id, created=created, model=model, choices=[], usage=usage)
+            yield f"data: {final.model_dump_json()}\n\n"
         yield "data: [DONE]\n\n"
 
     # The rest of the engine interface: nothing to do for a stand-in.

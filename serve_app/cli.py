@@ -1,4 +1,4 @@
-"""The `trilemma` command line."""
+"""The `trilemma` command line: serve, prepare the model, check a config, benchmark."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import sys
 import threading
 import time
 
+from bench.cli import add_commands as add_bench_commands
 from serve_app.config import DEFAULT_CONFIG_PATH, ConfigError, TrilemmaConfig
 from serve_app.model_store import resolve_model_source
 
@@ -18,32 +19,51 @@ def main(argv: list[str] | None = None) -> int:
     serve_cmd = commands.add_parser("serve", help="prepare the model and serve the app")
     serve_cmd.add_argument("--config", default=str(DEFAULT_CONFIG_PATH), help="YAML config")
     serve_cmd.add_argument("--port", type=int, help="override http.port")
+    serve_cmd.set_defaults(func=_serve)
     prepare = commands.add_parser("prepare-model", help="fetch and convert the configured model")
     prepare.add_argument("--config", default=str(DEFAULT_CONFIG_PATH), help="YAML config")
+    prepare.set_defaults(func=_prepare_model)
     check = commands.add_parser("check-config", help="validate a config and print it")
     check.add_argument("config", help="YAML config")
+    check.set_defaults(func=_check_config)
+    add_bench_commands(commands)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return args.func(args)
 
+
+def _load_config(path: str) -> TrilemmaConfig | None:
     try:
-        config = TrilemmaConfig.from_yaml(args.config)
+        return TrilemmaConfig.from_yaml(path)
     except ConfigError as error:
         print(f"trilemma: {error}", file=sys.stderr)
+        return None
+
+
+def _check_config(args: argparse.Namespace) -> int:
+    config = _load_config(args.config)
+    if config is None:
         return 2
-    if args.command == "check-config":
-        print(config.model_dump_json(indent=2))
-        return 0
-    if args.command == "prepare-model":
-        print(resolve_model_source(config.model.source))
-        return 0
-    if args.port:
-        config = config.model_copy(update={"http": config.http.model_copy(update={"port": args.port})})
-    return _serve(config)
+    print(config.model_dump_json(indent=2))
+    return 0
 
 
-def _serve(config: TrilemmaConfig) -> int:
+def _prepare_model(args: argparse.Namespace) -> int:
+    config = _load_config(args.config)
+    if config is None:
+        return 2
+    print(resolve_model_source(config.model.source))
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
     from serve_app.launcher import deploy
 
+    config = _load_config(args.config)
+    if config is None:
+        return 2
+    if args.port:
+        config = config.model_copy(update={"http": config.http.model_copy(update={"port": args.port})})
     started = time.monotonic()
     source = resolve_model_source(config.model.source)
     print(f"model ready in {time.monotonic() - started:.0f} s: {source}", flush=True)

@@ -4,11 +4,7 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from ray import serve
-
-from deployments.fake_engine import FAIL_MARKER, FakeEngine
-from serve_app.launcher import deploy
-from tests.support import config_for_tests
+from deployments.fake_engine import FAIL_MARKER
 
 pytestmark = pytest.mark.integration
 
@@ -16,12 +12,9 @@ MODEL = "SmolLM2-135M-Instruct"
 
 
 @pytest.fixture(scope="module")
-def client(ray_cluster, embedded_model_dir):
-    config = config_for_tests()
-    url = deploy(config, engine_cls=FakeEngine, model_source=str(embedded_model_dir))
-    with httpx.Client(base_url=url, timeout=60) as client:
+def client(fake_app_url):
+    with httpx.Client(base_url=fake_app_url, timeout=60) as client:
         yield client
-    serve.delete(config.app_name)
 
 
 def chat(client, content="hi", headers=None, path="/v1/chat/completions", **fields):

@@ -1,0 +1,1 @@
+"""Benchmark harness: load generation, metrics and reports for OpenAI-compatible endpoints."""

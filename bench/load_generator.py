@@ -1,0 +1,98 @@
+"""Sends prompts to an OpenAI-compatible endpoint, streamed, and times every token."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import httpx
+from tqdm import tqdm
+
+from bench.arrivals import LoadShape, poisson_arrival_times
+from bench.datasets import Prompt
+from bench.metrics import RequestRecord
+
+
+async def send_one(
+    client: httpx.AsyncClient, prompt: Prompt, model: str, run_started: float,
+    default_scenario: str = "default",
+) -> RequestRecord:
+    body = {
+        "model": model, "messages": prompt.messages, "max_tokens": prompt.max_tokens,
+        "stream": True, "stream_options": {"include_usage": True}, **prompt.extra,
+    }
+    headers = {"X-Scenario": prompt.scenario} if prompt.scenario else {}
+    started = time.perf_counter()
+    record = RequestRecord(
+        scenario=prompt.scenario or default_scenario, started_s=started - run_started, e2e_s=0.0
+    )
+    last_text_at = None
+    try:
+        async with client.stream("POST", "/v1/chat/completions", json=body, headers=headers) as response:
+            record.pool = response.headers.get("x-trilemma-pool")
+            record.scenario = response.headers.get("x-trilemma-scenario", record.scenario)
+            if response.status_code != 200:
+                detail = (await response.aread()).decode(errors="replace")[:300]
+                record.error = f"http {response.status_code}: {detail}"
+            else:
+                async for line in response.aiter_lines():
+                    if not line.startswith("data: ") or line == "data: [DONE]":
+                        continue
+                    chunk = json.loads(line[len("data: "):])
+                    if "error" in chunk:
+                        record.error = f"stream error: {chunk['error'].get('message')}"
+                        break
+                    now = time.perf_counter()
+                    if any((c.get("delta") or {}).get("content") for c in chunk.get("choices", [])):
+                        if record.ttft_s is None:
+                            record.ttft_s = now - started
+                        elif last_text_at is not None:
+                            record.itl_s.append(now - last_text_at)
+                        last_text_at = now
+                    usage = chunk.get("usage")
+                    if usage:
+                        record.prompt_tokens = usage.get("prompt_tokens", 0)
+                        record.completion_tokens = usage.get("completion_tokens", 0)
+                        cost = usage.get("cost_usd")
+                        record.cost_usd = cost.get("total") if isinstance(cost, dict) else cost
+    except httpx.HTTPError as error:
+        record.error = f"transport: {type(error).__name__}: {error}"
+    record.e2e_s = time.perf_counter() - started
+    return record
+
+
+async def run_load(
+    base_url: str, prompts: list[Prompt], shape: LoadShape, *, model: str,
+    timeout_s: float = 600.0, seed: int = 0, progress: bool = True, label: str = "requests",
+) -> tuple[list[RequestRecord], float]:
+    """Runs every prompt once in the given shape; returns the records and the wall time."""
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+    async with httpx.AsyncClient(base_url=base_url, timeout=timeout_s, limits=limits) as client:
+        bar = tqdm(total=len(prompts), desc=label, unit="req", disable=not progress)
+        run_started = time.perf_counter()
+
+        async def tracked(prompt: Prompt) -> RequestRecord:
+            record = await send_one(client, prompt, model, run_started)
+            bar.update(1)
+            return record
+
+        if shape.rate_rps is not None:
+            arrivals = poisson_arrival_times(shape.rate_rps, len(prompts), seed)
+
+            async def at(send_time: float, prompt: Prompt) -> RequestRecord:
+                await asyncio.sleep(max(0.0, send_time - (time.perf_counter() - run_started)))
+                return await tracked(prompt)
+
+            records = await asyncio.gather(*(at(t, p) for t, p in zip(arrivals, prompts)))
+        else:
+            gate = asyncio.Semaphore(shape.concurrency)
+
+            async def gated(prompt: Prompt) -> RequestRecord:
+                async with gate:
+                    return await tracked(prompt)
+
+            records = await asyncio.gather(*(gated(p) for p in prompts))
+        duration = time.perf_counter() - run_started
+        bar.close()
+    return list(records), duration
