@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import shlex
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -37,11 +39,31 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     run.add_argument("--scenario", help="X-Scenario for every request (default: the server's)")
     run.add_argument("--slo", action="append", default=[], metavar="SCENARIO:ttft_ms=N,tpot_ms=N",
                      help="an SLO for goodput; repeat per scenario")
+    run.add_argument("--ignore-eos", action="store_true",
+                     help="generate exactly max_tokens per request (vLLM's ignore_eos)")
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--out", type=Path, default=RESULTS_DIR, help="results folder")
     run.add_argument("--name", help="results file name (default: bench-<time>)")
     run.add_argument("--no-progress", action="store_true")
     run.set_defaults(func=bench_run)
+    export = sub.add_parser("dataset", help="write a prompt set as JSONL (for other clients too)")
+    export.add_argument("--dataset", default="docs", choices=["docs", "random", "shared-prefix"])
+    export.add_argument("--num-prompts", type=int, default=50)
+    export.add_argument("--seed", type=int, default=0)
+    export.add_argument("--out", type=Path, required=True, help="JSONL file to write")
+    export.set_defaults(func=bench_dataset)
+
+
+def bench_dataset(args: argparse.Namespace) -> int:
+    """One {"prompt", "max_tokens", "kind"} line per prompt: the shape `vllm bench serve
+    --dataset-name custom` reads, and `--dataset jsonl` here."""
+    prompts = load_dataset(args.dataset, args.num_prompts, seed=args.seed)
+    with args.out.open("w") as out:
+        for prompt in prompts:
+            text = "\n\n".join(m["content"] for m in prompt.messages)
+            out.write(json.dumps({"prompt": text, "max_tokens": prompt.max_tokens, "kind": prompt.kind}) + "\n")
+    print(f"wrote {len(prompts)} prompts to {args.out}")
+    return 0
 
 
 def parse_slo(spec: str) -> tuple[str, Slo]:
@@ -74,10 +96,14 @@ def bench_run(args: argparse.Namespace) -> int:
     except (argparse.ArgumentTypeError, DatasetError, ValueError) as error:
         print(f"trilemma bench: {error}", file=sys.stderr)
         return 2
-    if args.scenario:
-        prompts = [p.__class__(p.messages, p.max_tokens, p.kind, args.scenario, p.extra) for p in prompts]
-    model = args.model or httpx.get(f"{args.url}/v1/models", timeout=30).json()["data"][0]["id"]
-    command = "trilemma " + shlex.join(sys.argv[1:]) if sys.argv[0].endswith("trilemma") else shlex.join(sys.argv)
+    extra = {"ignore_eos": True} if args.ignore_eos else {}
+    prompts = [replace(p, scenario=args.scenario or p.scenario, extra={**p.extra, **extra}) for p in prompts]
+    try:
+        model = args.model or httpx.get(f"{args.url}/v1/models", timeout=30).json()["data"][0]["id"]
+    except (httpx.HTTPError, ValueError, KeyError, IndexError) as error:
+        print(f"trilemma bench: cannot list models at {args.url}/v1/models: {error!r}", file=sys.stderr)
+        return 2
+    command = "trilemma " + shlex.join(args.argv)
     warmup, measured = prompts[: args.warmup], prompts[args.warmup:]
     if warmup:
         asyncio.run(run_load(args.url, warmup, LoadShape(concurrency=len(warmup)), model=model,
@@ -100,6 +126,7 @@ def bench_run(args: argparse.Namespace) -> int:
         "config": {
             "url": args.url, "model": model, "dataset": args.dataset, "num_prompts": args.num_prompts,
             "rounds": args.rounds, "warmup": args.warmup, "scenario": args.scenario, "seed": args.seed,
+            "ignore_eos": args.ignore_eos,
             "slos": {name: vars(slo) for name, slo in slos.items()},
         },
         "points": points,

@@ -1,4 +1,8 @@
-"""Sends prompts to an OpenAI-compatible endpoint, streamed, and times every token."""
+"""Sends prompts to an OpenAI-compatible endpoint, streamed, and times every token.
+
+aiohttp rather than httpx: on a small machine the client shares cores with the engines, and
+httpx's per-chunk cost delayed request starts by seconds under load, inflating TTFT.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,7 @@ import asyncio
 import json
 import time
 
-import httpx
+import aiohttp
 from tqdm import tqdm
 
 from bench.arrivals import LoadShape, poisson_arrival_times
@@ -15,8 +19,7 @@ from bench.metrics import RequestRecord
 
 
 async def send_one(
-    client: httpx.AsyncClient, prompt: Prompt, model: str, run_started: float,
-    default_scenario: str = "default",
+    session: aiohttp.ClientSession, prompt: Prompt, model: str, run_started: float
 ) -> RequestRecord:
     body = {
         "model": model, "messages": prompt.messages, "max_tokens": prompt.max_tokens,
@@ -25,41 +28,47 @@ async def send_one(
     headers = {"X-Scenario": prompt.scenario} if prompt.scenario else {}
     started = time.perf_counter()
     record = RequestRecord(
-        scenario=prompt.scenario or default_scenario, started_s=started - run_started, e2e_s=0.0
+        scenario=prompt.scenario or "default", started_s=started - run_started, e2e_s=0.0
     )
-    last_text_at = None
     try:
-        async with client.stream("POST", "/v1/chat/completions", json=body, headers=headers) as response:
+        async with session.post("/v1/chat/completions", json=body, headers=headers) as response:
             record.pool = response.headers.get("x-trilemma-pool")
             record.scenario = response.headers.get("x-trilemma-scenario", record.scenario)
-            if response.status_code != 200:
-                detail = (await response.aread()).decode(errors="replace")[:300]
-                record.error = f"http {response.status_code}: {detail}"
+            if response.status == 200:
+                await _read_stream(response, record, started)
             else:
-                async for line in response.aiter_lines():
-                    if not line.startswith("data: ") or line == "data: [DONE]":
-                        continue
-                    chunk = json.loads(line[len("data: "):])
-                    if "error" in chunk:
-                        record.error = f"stream error: {chunk['error'].get('message')}"
-                        break
-                    now = time.perf_counter()
-                    if any((c.get("delta") or {}).get("content") for c in chunk.get("choices", [])):
-                        if record.ttft_s is None:
-                            record.ttft_s = now - started
-                        elif last_text_at is not None:
-                            record.itl_s.append(now - last_text_at)
-                        last_text_at = now
-                    usage = chunk.get("usage")
-                    if usage:
-                        record.prompt_tokens = usage.get("prompt_tokens", 0)
-                        record.completion_tokens = usage.get("completion_tokens", 0)
-                        cost = usage.get("cost_usd")
-                        record.cost_usd = cost.get("total") if isinstance(cost, dict) else cost
-    except httpx.HTTPError as error:
+                detail = (await response.read()).decode(errors="replace")[:300]
+                record.error = f"http {response.status}: {detail}"
+    except (aiohttp.ClientError, asyncio.TimeoutError) as error:
         record.error = f"transport: {type(error).__name__}: {error}"
     record.e2e_s = time.perf_counter() - started
     return record
+
+
+async def _read_stream(response: aiohttp.ClientResponse, record: RequestRecord, started: float) -> None:
+    """Fills `record` from server-sent events: text timings, then the usage of the last chunk."""
+    last_text_at = None
+    async for raw_line in response.content:
+        line = raw_line.decode().strip()
+        if not line.startswith("data: ") or line == "data: [DONE]":
+            continue
+        chunk = json.loads(line[len("data: "):])
+        if "error" in chunk:
+            record.error = f"stream error: {chunk['error'].get('message')}"
+            return
+        now = time.perf_counter()
+        if any((choice.get("delta") or {}).get("content") for choice in chunk.get("choices", [])):
+            if record.ttft_s is None:
+                record.ttft_s = now - started
+            else:
+                record.itl_s.append(now - last_text_at)
+            last_text_at = now
+        usage = chunk.get("usage")
+        if usage:
+            record.prompt_tokens = usage.get("prompt_tokens", 0)
+            record.completion_tokens = usage.get("completion_tokens", 0)
+            cost = usage.get("cost_usd")  # a number, or a breakdown with its total
+            record.cost_usd = cost.get("total") if isinstance(cost, dict) else cost
 
 
 async def run_load(
@@ -67,13 +76,14 @@ async def run_load(
     timeout_s: float = 600.0, seed: int = 0, progress: bool = True, label: str = "requests",
 ) -> tuple[list[RequestRecord], float]:
     """Runs every prompt once in the given shape; returns the records and the wall time."""
-    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
-    async with httpx.AsyncClient(base_url=base_url, timeout=timeout_s, limits=limits) as client:
+    connector = aiohttp.TCPConnector(limit=0)  # no client-side cap on requests in flight
+    timeout = aiohttp.ClientTimeout(total=timeout_s)
+    async with aiohttp.ClientSession(base_url, connector=connector, timeout=timeout) as session:
         bar = tqdm(total=len(prompts), desc=label, unit="req", disable=not progress)
         run_started = time.perf_counter()
 
         async def tracked(prompt: Prompt) -> RequestRecord:
-            record = await send_one(client, prompt, model, run_started)
+            record = await send_one(session, prompt, model, run_started)
             bar.update(1)
             return record
 

@@ -27,8 +27,11 @@ def main(argv: list[str] | None = None) -> int:
     check.add_argument("config", help="YAML config")
     check.set_defaults(func=_check_config)
     add_bench_commands(commands)
+    argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
+    args.argv = argv  # results record the command that made them
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request drowns the output
     return args.func(args)
 
 

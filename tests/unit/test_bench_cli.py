@@ -1,0 +1,39 @@
+"""`trilemma bench` argument handling: bad input is a clear error and exit code 2."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from bench.cli import parse_slo
+from bench.datasets import jsonl_dataset
+from bench.metrics import Slo
+from serve_app.cli import main
+
+
+def test_parse_slo():
+    assert parse_slo("chat:ttft_ms=500,tpot_ms=100") == ("chat", Slo(ttft_s=0.5, tpot_s=0.1))
+    assert parse_slo("batch:e2e_ms=30000") == ("batch", Slo(e2e_s=30.0))
+
+
+@pytest.mark.parametrize("spec", ["chat", "chat:ttfx=3", "chat:ttft_ms=fast"])
+def test_bad_slo_is_rejected(spec):
+    with pytest.raises(argparse.ArgumentTypeError, match="bad --slo"):
+        parse_slo(spec)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--slo", "chat:ttfx=3"], "unknown limits ['ttfx']"),
+    (["--dataset", "jsonl"], "needs --dataset-path"),
+    (["--url", "http://127.0.0.1:9"], "cannot list models at http://127.0.0.1:9/v1/models"),
+])
+def test_bench_run_refuses_clearly(argv, message, capsys):
+    assert main(["bench", "run", "--num-prompts", "1", *argv]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_dataset_export_round_trips(tmp_path):
+    out = tmp_path / "prompts.jsonl"
+    assert main(["bench", "dataset", "--num-prompts", "6", "--out", str(out)]) == 0
+    assert len(jsonl_dataset(out)) == 6
