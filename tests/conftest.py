@@ -21,6 +21,10 @@ def ray_cluster():
     import ray
     from ray import serve
 
+    if ray.is_initialized():
+        # Building an app (the unit tier does) can start a default Ray: Ray Serve LLM's
+        # builders query the cluster. The app tiers need the one sized like `local_ray`.
+        ray.shutdown()
     ray.init(num_cpus=4, include_dashboard=False)
     yield
     serve.shutdown()
