@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import os
+import subprocess
 import sys
 from pathlib import Path
 

@@ -22,6 +22,8 @@ from pathlib import Path
 
 from openai import OpenAI
 
+from bench.metrics import percentile
+
 ROOT = Path(__file__).resolve().parent.parent
 URL = "http://127.0.0.1:8000/v1"
 MODEL = "SmolLM2-135M-Instruct"
@@ -67,11 +69,6 @@ def stop(server: subprocess.Popen) -> None:
     subprocess.run([str(ROOT / ".venv/bin/ray"), "stop", "--force"], capture_output=True)
 
 
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
-
-
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--requests", type=int, default=10)
@@ -97,8 +94,8 @@ def main() -> int:
         + f" --requests {args.requests}",
         "cold": args.cold,
         "make_serve_to_first_answer_s": round(first_answer_s, 1),
-        "ttft_ms": {"first": round(ttft[0]), "p50": round(statistics.median(ttft)), "p99": round(percentile(ttft, 0.99))},
-        "tpot_ms": {"p50": round(statistics.median(tpot), 1), "p99": round(percentile(tpot, 0.99), 1)},
+        "ttft_ms": {"first": round(ttft[0]), "p50": round(statistics.median(ttft)), "p99": round(percentile(ttft, 99))},
+        "tpot_ms": {"p50": round(statistics.median(tpot), 1), "p99": round(percentile(tpot, 99), 1)},
         "completion_tokens": [r["tokens"] for r in runs],
     }
     out = ROOT / "bench" / "results"

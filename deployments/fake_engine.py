@@ -3,7 +3,8 @@
 It speaks Ray Serve LLM's engine interface (pass it as `engine_cls`), answers instantly
 or at a set pace, and stamps every answer with the pool and replica that served it.
 Knobs come from the pool's engine_kwargs: `fake_ttft_s`, `fake_tpot_s`. A prompt
-containing FAIL_ENGINE makes it raise, as a crashed engine would.
+containing FAIL_ENGINE makes it raise before answering, as a crashed engine would; one
+containing FAIL_MIDSTREAM raises after its first streamed chunk.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from vllm.entrypoints.openai.completion.protocol import (
 from vllm.entrypoints.serve.engine.protocol import UsageInfo
 
 FAIL_MARKER = "FAIL_ENGINE"
+FAIL_MIDSTREAM_MARKER = "FAIL_MIDSTREAM"
 
 
 class FakeEngine(LLMEngine):
@@ -83,6 +85,8 @@ class FakeEngine(LLMEngine):
             return
         for index, word in enumerate(words):
             if index:
+                if FAIL_MIDSTREAM_MARKER in prompt:
+                    raise RuntimeError("fake engine crashed mid-stream")
                 await asyncio.sleep(self._tpot_s)
             last = index == len(words) - 1
             finish = "length" if last else None

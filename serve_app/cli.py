@@ -32,39 +32,27 @@ def main(argv: list[str] | None = None) -> int:
     args.argv = argv  # results record the command that made them
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request drowns the output
-    return args.func(args)
-
-
-def _load_config(path: str) -> TrilemmaConfig | None:
     try:
-        return TrilemmaConfig.from_yaml(path)
+        return args.func(args)
     except ConfigError as error:
         print(f"trilemma: {error}", file=sys.stderr)
-        return None
+        return 2
 
 
 def _check_config(args: argparse.Namespace) -> int:
-    config = _load_config(args.config)
-    if config is None:
-        return 2
-    print(config.model_dump_json(indent=2))
+    print(TrilemmaConfig.from_yaml(args.config).model_dump_json(indent=2))
     return 0
 
 
 def _prepare_model(args: argparse.Namespace) -> int:
-    config = _load_config(args.config)
-    if config is None:
-        return 2
-    print(resolve_model_source(config.model.source))
+    print(resolve_model_source(TrilemmaConfig.from_yaml(args.config).model.source))
     return 0
 
 
 def _serve(args: argparse.Namespace) -> int:
     from serve_app.launcher import deploy
 
-    config = _load_config(args.config)
-    if config is None:
-        return 2
+    config = TrilemmaConfig.from_yaml(args.config)
     if args.port:
         config = config.model_copy(update={"http": config.http.model_copy(update={"port": args.port})})
     started = time.monotonic()
@@ -82,8 +70,8 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         threading.Event().wait()
     except KeyboardInterrupt:
-        # Ctrl-C reaches Ray's local processes too, so a graceful serve.shutdown() would wait
-        # on a cluster that is already going; ending the driver's Ray is what stops it.
+        # A graceful serve.shutdown() did not return within 60 s here; ending the local Ray
+        # stops the replicas at once, and the reaper then ends the engines they leave behind.
         import ray
 
         from serve_app.launcher import reap_orphaned_engines

@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from serve_app.config import DEFAULT_CONFIG_PATH, TrilemmaConfig
 
 TEST_PORT = 8011
 
 
-def config_for_tests(**overrides: Any) -> TrilemmaConfig:
+def config_for_tests() -> TrilemmaConfig:
     """The shipped default config on a test port, plus a scenario that no pool may serve."""
     raw = TrilemmaConfig.from_yaml(DEFAULT_CONFIG_PATH).model_dump()
     raw["http"]["port"] = TEST_PORT
     raw["scenarios"]["closed"] = {"priority": 9, "pools": [], "description": "no pool"}
-    for key, value in overrides.items():
-        raw[key] = value
     return TrilemmaConfig.from_dict(raw)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import pytest
-from deployments.fake_engine import FAIL_MARKER
+
+from deployments.fake_engine import FAIL_MARKER, FAIL_MIDSTREAM_MARKER
 
 pytestmark = pytest.mark.integration
 
@@ -23,9 +26,9 @@ def chat(client, content="hi", headers=None, path="/v1/chat/completions", **fiel
 
 
 def served_by(response) -> str:
-    """The fake engine stamps the deployment that answered into the first word."""
+    """The pool whose replica answered: the fake engine stamps `served-by=pool-<name>/<replica>`."""
     content = response.json()["choices"][0]["message"]["content"]
-    return content.split()[0].removeprefix("served-by=").split("/")[0]
+    return content.split()[0].removeprefix("served-by=pool-").split("/")[0]
 
 
 def assert_healthy(client):
@@ -41,7 +44,7 @@ def test_models_lists_the_public_name_once(client):
 def test_short_request_goes_to_short_pool(client):
     response = chat(client, max_tokens=5)
     assert response.status_code == 200
-    assert response.headers["x-trilemma-pool"] == "short" == served_by(response).removeprefix("pool-")
+    assert response.headers["x-trilemma-pool"] == "short" == served_by(response)
     assert response.headers["x-trilemma-scenario"] == "chat"
     assert "<= threshold 1024: short pool" in response.headers["x-trilemma-route-reason"]
 
@@ -49,7 +52,7 @@ def test_short_request_goes_to_short_pool(client):
 def test_long_request_goes_to_long_pool(client):
     response = chat(client, content="word " * 1100, max_tokens=5, headers={"X-Scenario": "batch"})
     assert response.status_code == 200
-    assert response.headers["x-trilemma-pool"] == "long" == served_by(response).removeprefix("pool-")
+    assert response.headers["x-trilemma-pool"] == "long" == served_by(response)
     assert "> threshold 1024: long pool" in response.headers["x-trilemma-route-reason"]
 
 
@@ -84,7 +87,7 @@ def test_streaming_through_the_router(client):
 
 def test_pool_header_pins_a_pool(client):
     response = chat(client, headers={"X-Trilemma-Pool": "long"}, max_tokens=3)
-    assert response.headers["x-trilemma-pool"] == "long" == served_by(response).removeprefix("pool-")
+    assert response.headers["x-trilemma-pool"] == "long" == served_by(response)
     assert "pinned" in response.headers["x-trilemma-route-reason"]
 
 
@@ -132,12 +135,27 @@ def test_oversize_error_says_both_numbers(client):
     assert "prompt 90" in message and "max_tokens 5" in message and "8192" in message
 
 
-def test_engine_failure_mid_stream_ends_with_an_error_event(client):
+def stream_chat(client, content):
     with client.stream(
         "POST", "/v1/chat/completions",
-        json={"model": MODEL, "messages": [{"role": "user", "content": FAIL_MARKER}], "stream": True},
+        json={"model": MODEL, "messages": [{"role": "user", "content": content}], "stream": True},
     ) as response:
-        body = response.read().decode()
-    # The fake fails before its first chunk, so the router can still answer with a status.
-    assert response.status_code == 502 and "llm request failed" in body
+        events = [line for line in response.iter_lines() if line.startswith("data: ")]
+    return response, events
+
+
+def test_engine_failure_before_the_first_chunk_is_a_502(client):
+    response, _ = stream_chat(client, FAIL_MARKER)
+    assert response.status_code == 502
+    assert_healthy(client)
+
+
+def test_engine_failure_mid_stream_ends_with_an_error_event(client):
+    response, events = stream_chat(client, FAIL_MIDSTREAM_MARKER)
+    # The status went out with the first chunk; the failure arrives as the last events.
+    assert response.status_code == 200
+    assert "served-by=pool-short" in events[0]
+    error = json.loads(events[-2].removeprefix("data: "))["error"]
+    assert error["message"] == "llm request failed: fake engine crashed mid-stream"
+    assert events[-1] == "data: [DONE]"
     assert_healthy(client)

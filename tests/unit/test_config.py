@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from serve_app.cli import main
 from serve_app.config import CONFIG_DIR, ConfigError, TrilemmaConfig
 
 
@@ -83,3 +84,10 @@ def test_scenario_admits_by_list_and_quantization():
     assert not quality.admits("long", config.pools["long"])
     assert not cost.admits("long", config.pools["long"])
     assert chat.admits("long", config.pools["long"])
+
+
+def test_cli_names_a_bad_config_and_exits_2(tmp_path, capsys):
+    path = tmp_path / "typo.yaml"
+    path.write_text("pools: {short: {role: short, max_model_len: 64, max_num_seq: 4}}\nscenarios: {}\n")
+    assert main(["check-config", str(path)]) == 2
+    assert "pools.short.max_num_seq: Extra inputs are not permitted" in capsys.readouterr().err
