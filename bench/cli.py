@@ -3,51 +3,92 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import shlex
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
-import httpx
-
 from bench.arrivals import LoadShape
-from bench.datasets import DatasetError, load_dataset
-from bench.load_generator import run_load
-from bench.metrics import Slo, summarize
+from bench.datasets import DATASETS, DatasetError, load_dataset
+from bench.metrics import Slo
+from bench.report import ReportError, write_report, write_sweep
 from bench.results import markdown_table, write_results
+from bench.runner import EndpointError, Workload, resolve_model, run_point, warm_up
+from bench.sweep import Knob, SweepError, parse_values, run_sweep
+from serve_app.config import DEFAULT_CONFIG_PATH, ConfigError, TrilemmaConfig
 
 RESULTS_DIR = Path("bench/results")
+
+
+def _add_workload_args(parser: argparse.ArgumentParser, *, single_load: bool) -> None:
+    """What is sent: the prompts, the load shape, rounds, SLOs."""
+    parser.add_argument("--dataset", default="docs", choices=DATASETS)
+    parser.add_argument("--dataset-path", type=Path, help="the JSONL file for --dataset jsonl")
+    parser.add_argument("--num-prompts", type=int, default=50, help="requests per round")
+    load = parser.add_mutually_exclusive_group()
+    several = "" if single_load else ", comma-separated for several load points"
+    load.add_argument("--rate", type=str, help=f"Poisson request rate{several}")
+    load.add_argument("--concurrency", type=str, help=f"requests in flight{several}")
+    parser.add_argument("--rounds", type=int, default=1, help="rounds per load point")
+    parser.add_argument("--warmup", type=int, default=2, help="requests sent first and not counted")
+    parser.add_argument("--scenario", help="X-Scenario for every request (default: the server's)")
+    parser.add_argument("--slo", action="append", default=[], metavar="SCENARIO:ttft_ms=N,tpot_ms=N",
+                        help="an SLO for goodput; repeat per scenario")
+    parser.add_argument("--ignore-eos", action="store_true",
+                        help="generate exactly max_tokens per request (vLLM's ignore_eos)")
+    parser.add_argument("--seed", type=int, default=0)
+
+
+def _add_output_args(parser: argparse.ArgumentParser, default_name: str) -> None:
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR, help="results folder")
+    parser.add_argument("--name", help=f"results file name (default: {default_name}-<time>)")
+    parser.add_argument("--no-progress", action="store_true")
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
     bench = commands.add_parser("bench", help="measure an OpenAI-compatible endpoint")
     sub = bench.add_subparsers(dest="bench_command", required=True)
+
     run = sub.add_parser("run", help="load an endpoint and report latency, throughput, goodput, cost")
     run.add_argument("--url", default="http://127.0.0.1:8000", help="base URL (without /v1)")
     run.add_argument("--model", help="model name; default: the first one /v1/models lists")
-    run.add_argument("--dataset", default="docs", choices=["docs", "random", "shared-prefix", "jsonl"])
-    run.add_argument("--dataset-path", type=Path, help="the JSONL file for --dataset jsonl")
-    run.add_argument("--num-prompts", type=int, default=50, help="requests per round")
-    load = run.add_mutually_exclusive_group()
-    load.add_argument("--rate", type=str, help="Poisson request rate(s), comma-separated for a sweep")
-    load.add_argument("--concurrency", type=str, help="requests in flight, comma-separated for a sweep")
-    run.add_argument("--rounds", type=int, default=1, help="rounds per load point")
-    run.add_argument("--warmup", type=int, default=2, help="requests sent first and not counted")
-    run.add_argument("--scenario", help="X-Scenario for every request (default: the server's)")
-    run.add_argument("--slo", action="append", default=[], metavar="SCENARIO:ttft_ms=N,tpot_ms=N",
-                     help="an SLO for goodput; repeat per scenario")
-    run.add_argument("--ignore-eos", action="store_true",
-                     help="generate exactly max_tokens per request (vLLM's ignore_eos)")
-    run.add_argument("--seed", type=int, default=0)
-    run.add_argument("--out", type=Path, default=RESULTS_DIR, help="results folder")
-    run.add_argument("--name", help="results file name (default: bench-<time>)")
-    run.add_argument("--no-progress", action="store_true")
+    _add_workload_args(run, single_load=False)
+    _add_output_args(run, "bench")
     run.set_defaults(func=bench_run)
+
+    sweep = sub.add_parser("sweep", help="one config knob over a grid, the app restarted per point; "
+                                         "finds the knee")
+    sweep.add_argument("--config", type=Path, default=DEFAULT_CONFIG_PATH, help="the app's config")
+    sweep.add_argument("--knob", required=True, metavar="DOTTED.PATH",
+                       help="e.g. pools.short.max_num_seqs, pools.short.max_ongoing_requests, "
+                            "pools.short.replicas, routing.short_context_threshold_tokens")
+    sweep.add_argument("--values", required=True, help="comma-separated settings, e.g. 1,2,4,8")
+    _add_workload_args(sweep, single_load=True)
+    _add_output_args(sweep, "sweep")
+    sweep.set_defaults(func=bench_sweep)
+
+    overhead = sub.add_parser("overhead", help="the same workload straight to a pool and through "
+                                               "the router, interleaved")
+    overhead.add_argument("--config", type=Path, default=DEFAULT_CONFIG_PATH, help="the app's config")
+    overhead.add_argument("--pool", default="short", help="the pool both paths reach")
+    overhead.add_argument("--num-prompts", type=int, default=24, help="requests per arm per round")
+    overhead.add_argument("--rounds", type=int, default=8, help="rounds per arm (ABBA order)")
+    overhead.add_argument("--concurrency", type=int, default=4)
+    overhead.add_argument("--max-tokens", type=int, default=64, help="tokens every request generates")
+    overhead.add_argument("--warmup", type=int, default=4)
+    overhead.add_argument("--seed", type=int, default=0)
+    _add_output_args(overhead, "overhead")
+    overhead.set_defaults(func=bench_overhead)
+
+    report = sub.add_parser("report", help="result files -> markdown report with PNG plots")
+    report.add_argument("results", nargs="+", type=Path, help="JSON files from bench run or sweep")
+    report.add_argument("--out", type=Path, default=RESULTS_DIR / "report", help="report folder")
+    report.add_argument("--title", default="Benchmark report")
+    report.set_defaults(func=bench_report)
+
     export = sub.add_parser("dataset", help="write a prompt set as JSONL (for other clients too)")
-    export.add_argument("--dataset", default="docs", choices=["docs", "random", "shared-prefix"])
+    export.add_argument("--dataset", default="docs", choices=[d for d in DATASETS if d != "jsonl"])
     export.add_argument("--num-prompts", type=int, default=50)
     export.add_argument("--seed", type=int, default=0)
     export.add_argument("--out", type=Path, required=True, help="JSONL file to write")
@@ -87,42 +128,39 @@ def _loads(args: argparse.Namespace) -> list[LoadShape]:
     return [LoadShape(concurrency=1)]
 
 
+def _workload(args: argparse.Namespace, slos: dict[str, Slo]) -> Workload:
+    return Workload.build(
+        args.dataset, num_prompts=args.num_prompts, rounds=args.rounds, warmup=args.warmup,
+        slos=slos, seed=args.seed, path=args.dataset_path, scenario=args.scenario,
+        ignore_eos=args.ignore_eos,
+    )
+
+
+def _fail(error: Exception) -> int:
+    print(f"trilemma bench: {error}", file=sys.stderr)
+    return 2
+
+
+def _command(args: argparse.Namespace) -> str:
+    return "trilemma " + shlex.join(args.argv)
+
+
 def bench_run(args: argparse.Namespace) -> int:
     try:
         slos = dict(parse_slo(spec) for spec in args.slo)
         loads = _loads(args)
-        prompts = load_dataset(args.dataset, args.num_prompts * args.rounds + args.warmup,
-                               path=args.dataset_path, seed=args.seed)
-    except (argparse.ArgumentTypeError, DatasetError, ValueError) as error:
-        print(f"trilemma bench: {error}", file=sys.stderr)
-        return 2
-    extra = {"ignore_eos": True} if args.ignore_eos else {}
-    prompts = [replace(p, scenario=args.scenario or p.scenario, extra={**p.extra, **extra}) for p in prompts]
-    try:
-        model = args.model or httpx.get(f"{args.url}/v1/models", timeout=30).json()["data"][0]["id"]
-    except (httpx.HTTPError, ValueError, KeyError, IndexError) as error:
-        print(f"trilemma bench: cannot list models at {args.url}/v1/models: {error!r}", file=sys.stderr)
-        return 2
-    command = "trilemma " + shlex.join(args.argv)
-    warmup, measured = prompts[: args.warmup], prompts[args.warmup:]
-    if warmup:
-        asyncio.run(run_load(args.url, warmup, LoadShape(concurrency=len(warmup)), model=model,
-                             progress=False))
-    points = []
-    for shape in loads:
-        for round_index in range(args.rounds):
-            batch = measured[round_index * args.num_prompts:(round_index + 1) * args.num_prompts]
-            records, duration = asyncio.run(run_load(
-                args.url, batch, shape, model=model, seed=args.seed + round_index,
-                progress=not args.no_progress, label=f"{shape.describe()} round {round_index + 1}",
-            ))
-            points.append({
-                "load": shape.describe(), "round": round_index + 1,
-                "summary": summarize(records, duration, slos),
-                "records": [r.to_dict() for r in records],
-            })
+        workload = _workload(args, slos)
+        model = args.model or resolve_model(args.url)
+    except (argparse.ArgumentTypeError, DatasetError, EndpointError, ValueError) as error:
+        return _fail(error)
+    warm_up(args.url, workload, model)
+    points = [
+        point
+        for shape in loads
+        for point in run_point(args.url, workload, shape, model=model, progress=not args.no_progress)
+    ]
     result = {
-        "command": command,
+        "command": _command(args),
         "config": {
             "url": args.url, "model": model, "dataset": args.dataset, "num_prompts": args.num_prompts,
             "rounds": args.rounds, "warmup": args.warmup, "scenario": args.scenario, "seed": args.seed,
@@ -135,4 +173,91 @@ def bench_run(args: argparse.Namespace) -> int:
     json_path, md_path = write_results(result, args.out, name)
     print(markdown_table(points))
     print(f"wrote {json_path} and {md_path}")
+    return 0
+
+
+def bench_sweep(args: argparse.Namespace) -> int:
+    # Imported here: Ray Serve LLM loads vLLM, seconds that the other commands need not pay.
+    from serve_app.launcher import deployed, shutdown_local_ray
+
+    try:
+        config = TrilemmaConfig.from_yaml(args.config)
+        knob, values = Knob(args.knob), parse_values(args.values)
+        slos = dict(parse_slo(spec) for spec in args.slo)
+        loads = _loads(args)
+        if len(loads) != 1:
+            raise SweepError("a sweep measures every setting at one load: give one --rate or --concurrency")
+        shape = loads[0]
+        workload = _workload(args, slos)
+    except (argparse.ArgumentTypeError, ConfigError, DatasetError, SweepError, ValueError) as error:
+        return _fail(error)
+
+    def measure(point_config: TrilemmaConfig) -> list[dict]:
+        with deployed(point_config) as url:
+            warm_up(url, workload, point_config.model.name)
+            return run_point(url, workload, shape, model=point_config.model.name,
+                             progress=not args.no_progress)
+
+    try:
+        sweep = run_sweep(config, knob, values, measure, slos)
+    except (ConfigError, SweepError) as error:
+        return _fail(error)
+    finally:
+        shutdown_local_ray()
+    result = {
+        "kind": "sweep",
+        "command": _command(args),
+        "config": {
+            "app_config": str(args.config), "load": shape.describe(), "dataset": args.dataset,
+            "num_prompts": args.num_prompts, "rounds": args.rounds, "warmup": args.warmup,
+            "seed": args.seed, "slos": {name: vars(slo) for name, slo in slos.items()},
+        },
+        **sweep,
+    }
+    name = args.name or time.strftime("sweep-%Y%m%d-%H%M%S")
+    json_path, md_path = write_sweep(result, args.out, name)
+    print(md_path.read_text())
+    print(f"wrote {json_path} and {md_path}")
+    return 0
+
+
+def bench_overhead(args: argparse.Namespace) -> int:
+    from bench.overhead import markdown as overhead_markdown
+    from bench.overhead import measure_overhead
+    from serve_app.launcher import shutdown_local_ray
+
+    try:
+        config = TrilemmaConfig.from_yaml(args.config)
+        if args.pool not in config.pools:
+            raise ValueError(f"--pool {args.pool!r} is not in {args.config}; pools: {sorted(config.pools)}")
+    except (ConfigError, ValueError) as error:
+        return _fail(error)
+    try:
+        result = measure_overhead(
+            config, pool=args.pool, num_prompts=args.num_prompts, rounds=args.rounds,
+            concurrency=args.concurrency, warmup=args.warmup, max_tokens=args.max_tokens,
+            seed=args.seed, progress=not args.no_progress,
+        )
+    finally:
+        shutdown_local_ray()
+    result = {"kind": "overhead", "command": _command(args),
+              "config": {"app_config": str(args.config), **{k: getattr(args, k) for k in (
+                  "pool", "num_prompts", "rounds", "concurrency", "max_tokens", "warmup", "seed")}},
+              **result}
+    name = args.name or time.strftime("overhead-%Y%m%d-%H%M%S")
+    args.out.mkdir(parents=True, exist_ok=True)
+    json_path, md_path = args.out / f"{name}.json", args.out / f"{name}.md"
+    json_path.write_text(json.dumps(result, indent=2, default=str) + "\n")
+    md_path.write_text(f"# {name}\n\nCommand: `{result['command']}`\n\n{overhead_markdown(result)}")
+    print(overhead_markdown(result))
+    print(f"wrote {json_path} and {md_path}")
+    return 0
+
+
+def bench_report(args: argparse.Namespace) -> int:
+    try:
+        path = write_report(args.results, args.out, title=args.title)
+    except ReportError as error:
+        return _fail(error)
+    print(f"wrote {path} and its plots")
     return 0

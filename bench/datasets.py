@@ -129,9 +129,15 @@ def jsonl_dataset(path: Path, *, default_max_tokens: int = 64) -> list[Prompt]:
     return prompts
 
 
+DATASETS = ("docs", "questions", "random", "shared-prefix", "jsonl")
+
+
 def load_dataset(name: str, count: int, *, path: Path | None = None, seed: int = 0) -> list[Prompt]:
+    """`questions` is `docs` without the long documents: chat traffic for the short pool."""
     if name == "docs":
         return docs_dataset(count, seed=seed)
+    if name == "questions":
+        return docs_dataset(count, long_fraction=0.0, seed=seed)
     if name == "random":
         return random_dataset(count, seed=seed)
     if name == "shared-prefix":
@@ -141,4 +147,4 @@ def load_dataset(name: str, count: int, *, path: Path | None = None, seed: int =
             raise DatasetError("the jsonl dataset needs --dataset-path")
         prompts = jsonl_dataset(path)
         return [prompts[i % len(prompts)] for i in range(count)]
-    raise DatasetError(f"unknown dataset {name!r}; known: docs, random, shared-prefix, jsonl")
+    raise DatasetError(f"unknown dataset {name!r}; known: {', '.join(DATASETS)}")

@@ -31,7 +31,7 @@ async def send_one(
         scenario=prompt.scenario or "default", started_s=started - run_started, e2e_s=0.0
     )
     try:
-        async with session.post("/v1/chat/completions", json=body, headers=headers) as response:
+        async with session.post("v1/chat/completions", json=body, headers=headers) as response:
             record.pool = response.headers.get("x-trilemma-pool")
             record.scenario = response.headers.get("x-trilemma-scenario", record.scenario)
             if response.status == 200:
@@ -78,7 +78,10 @@ async def run_load(
     """Runs every prompt once in the given shape; returns the records and the wall time."""
     connector = aiohttp.TCPConnector(limit=0)  # no client-side cap on requests in flight
     timeout = aiohttp.ClientTimeout(total=timeout_s)
-    async with aiohttp.ClientSession(base_url, connector=connector, timeout=timeout) as session:
+    # A base URL may carry a path (an app behind a route prefix): relative request paths
+    # append to it only when it ends in a slash.
+    session_url = base_url.rstrip("/") + "/"
+    async with aiohttp.ClientSession(session_url, connector=connector, timeout=timeout) as session:
         bar = tqdm(total=len(prompts), desc=label, unit="req", disable=not progress)
         run_started = time.perf_counter()
 

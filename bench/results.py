@@ -8,30 +8,38 @@ from pathlib import Path
 from typing import Any
 
 
-def _fmt(value: Any, digits: int = 1) -> str:
+def fmt(value: Any, digits: int = 1) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
     return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
 
 
+def busy_fractions(summary: dict[str, Any]) -> str:
+    """`short 83%, long 2%`: each pool's engine busy share of the run, where measured."""
+    pools = summary.get("pools") or {}
+    measured = [(name, pool["busy_fraction"]) for name, pool in pools.items() if pool["busy_fraction"] is not None]
+    return ", ".join(f"{name} {fraction * 100:.0f}%" for name, fraction in measured) or "-"
+
+
 def markdown_table(points: list[dict[str, Any]]) -> str:
     header = (
         "| load | round | ok/sent | req/s | out tok/s | goodput req/s | TTFT p50 | TTFT p99 "
-        "| TPOT p50 | TPOT p99 | ITL p50 | ITL p99 | E2E p50 | E2E p99 | $/1M tok | errors |\n"
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n"
+        "| TPOT p50 | TPOT p99 | ITL p50 | ITL p99 | E2E p50 | E2E p99 | pool busy | $/1M tok | errors |\n"
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n"
     )
     rows = []
     for point in points:
         s = point["summary"]
         rows.append(
             f"| {point['load']} | {point['round']} | {s['succeeded']}/{s['requests']} "
-            f"| {_fmt(s['request_throughput_rps'], 2)} | {_fmt(s['output_token_throughput_tps'])} "
-            f"| {_fmt(s['goodput_rps'], 2)} "
-            f"| {_fmt(s['ttft_ms']['p50'], 0)} | {_fmt(s['ttft_ms']['p99'], 0)} "
-            f"| {_fmt(s['tpot_ms']['p50'])} | {_fmt(s['tpot_ms']['p99'])} "
-            f"| {_fmt(s['itl_ms']['p50'])} | {_fmt(s['itl_ms']['p99'])} "
-            f"| {_fmt(s['e2e_ms']['p50'], 0)} | {_fmt(s['e2e_ms']['p99'], 0)} "
-            f"| {_fmt(s['usd_per_1m_tokens'], 4)} | {sum(s['errors'].values()) or ''} |"
+            f"| {fmt(s['request_throughput_rps'], 2)} | {fmt(s['output_token_throughput_tps'])} "
+            f"| {fmt(s['goodput_rps'], 2)} "
+            f"| {fmt(s['ttft_ms']['p50'], 0)} | {fmt(s['ttft_ms']['p99'], 0)} "
+            f"| {fmt(s['tpot_ms']['p50'])} | {fmt(s['tpot_ms']['p99'])} "
+            f"| {fmt(s['itl_ms']['p50'])} | {fmt(s['itl_ms']['p99'])} "
+            f"| {fmt(s['e2e_ms']['p50'], 0)} | {fmt(s['e2e_ms']['p99'], 0)} "
+            f"| {busy_fractions(s)} | {fmt(s['usd_per_1m_tokens'] or s.get('provisioned_usd_per_1m_tokens'), 4)} "
+            f"| {sum(s['errors'].values()) or ''} |"
         )
     return header + "\n".join(rows) + "\n"
 

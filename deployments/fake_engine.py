@@ -2,7 +2,8 @@
 
 It speaks Ray Serve LLM's engine interface (pass it as `engine_cls`), answers instantly
 or at a set pace, and stamps every answer with the pool and replica that served it.
-Knobs come from the pool's engine_kwargs: `fake_ttft_s`, `fake_tpot_s`. A prompt
+Knobs come from the pool's `env` (vLLM would refuse unknown engine_kwargs):
+`TRILEMMA_FAKE_TTFT_S`, `TRILEMMA_FAKE_TPOT_S`, in seconds. A prompt
 containing FAIL_ENGINE makes it raise before answering, as a crashed engine would; one
 containing FAIL_MIDSTREAM raises after its first streamed chunk.
 """
@@ -10,6 +11,7 @@ containing FAIL_MIDSTREAM raises after its first streamed chunk.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 import uuid
 from typing import Any, AsyncGenerator
@@ -41,9 +43,9 @@ FAIL_MIDSTREAM_MARKER = "FAIL_MIDSTREAM"
 class FakeEngine(LLMEngine):
     def __init__(self, llm_config) -> None:
         self._config = llm_config
-        kwargs = llm_config.engine_kwargs
-        self._ttft_s = float(kwargs.get("fake_ttft_s", 0.0))
-        self._tpot_s = float(kwargs.get("fake_tpot_s", 0.0))
+        # The replica's environment is the pool's `env` (its runtime_env).
+        self._ttft_s = float(os.environ.get("TRILEMMA_FAKE_TTFT_S", "0"))
+        self._tpot_s = float(os.environ.get("TRILEMMA_FAKE_TPOT_S", "0"))
         self._stamp = "unstarted"
 
     async def start(self) -> None:

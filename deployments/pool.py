@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, AsyncGenerator
+
+from ray import serve
 
 from ray.llm._internal.serve.core.configs.openai_api_models import (
     ChatCompletionRequest,
@@ -13,6 +15,7 @@ from ray.llm._internal.serve.observability.logging import get_logger
 from ray.serve.deployment import Application
 from ray.serve.llm import LLMConfig, LLMServer, build_llm_deployment
 
+from deployments.engine_activity import EngineActivity
 from serve_app.config import ModelSpec, PoolConfig
 
 # Ray's LLM logger: its lines reach the replica logs that Serve collects.
@@ -20,7 +23,8 @@ logger = get_logger(__name__)
 
 
 class PoolServer(LLMServer):
-    """Ray's LLMServer, which reports ready only after one streamed chat and one completion.
+    """Ray's LLMServer, which reports ready only after one streamed chat and one completion,
+    and which clocks how busy its engine is.
 
     The first requests of a fresh engine pay for kernel selection and compilation (27 s to a
     first token was seen on CPU); paying it here keeps it away from users.
@@ -29,6 +33,19 @@ class PoolServer(LLMServer):
     async def start(self) -> None:
         await super().start()
         await self._warm_up()
+        # Started after the warm-up: a replica's wall time counts from when it can serve.
+        self._activity = EngineActivity()
+
+    async def _run_request(self, request: Any, **kwargs: Any) -> AsyncGenerator[Any, None]:
+        stream = await super()._run_request(request, **kwargs)
+        return self._activity.track(stream)
+
+    async def engine_activity(self) -> dict[str, Any]:
+        """This replica's busy clock; the router gathers it from every replica by broadcast."""
+        return {
+            "replica": serve.get_replica_context().replica_id.unique_id,
+            **self._activity.snapshot().to_dict(),
+        }
 
     async def _warm_up(self) -> None:
         started = time.monotonic()

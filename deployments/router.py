@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any, AsyncGenerator
 
@@ -36,6 +37,8 @@ logger = get_logger(__name__)
 
 SCENARIO_HEADER = "x-scenario"
 POOL_HEADER = "x-trilemma-pool"
+# A replica that cannot report its clock in this long is stuck; say so rather than hang.
+POOL_ACTIVITY_TIMEOUT_S = 10.0
 
 
 class TrilemmaRouter(OpenAiIngress):
@@ -103,6 +106,26 @@ class TrilemmaRouter(OpenAiIngress):
     async def scenario_models(self, scenario: str):
         self._scenario(scenario, from_path=True)
         return await self.models()
+
+    async def pool_activity(self) -> dict[str, Any]:
+        """`GET /trilemma/pools`: every replica's engine busy clock and each pool's price.
+
+        Clients diff two readings to get utilization over a window (the benchmark does).
+        """
+        readings = await asyncio.gather(*(
+            handle.broadcast("engine_activity").results_async(timeout_s=POOL_ACTIVITY_TIMEOUT_S)
+            for handle in self._pools.values()
+        ))
+        return {
+            "pools": {
+                name: {
+                    "accelerator": self._config.pools[name].accelerator,
+                    "price_usd_per_hour": self._config.pools[name].price_usd_per_hour,
+                    "replicas": replicas,
+                }
+                for name, replicas in zip(self._pools, readings)
+            }
+        }
 
     # The request path.
 

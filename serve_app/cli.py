@@ -50,7 +50,7 @@ def _prepare_model(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from serve_app.launcher import deploy
+    from serve_app.launcher import deploy, shutdown_local_ray
 
     config = TrilemmaConfig.from_yaml(args.config)
     if args.port:
@@ -70,15 +70,8 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         threading.Event().wait()
     except KeyboardInterrupt:
-        # A graceful serve.shutdown() did not return within 60 s here; ending the local Ray
-        # stops the replicas at once, and the reaper then ends the engines they leave behind.
-        import ray
-
-        from serve_app.launcher import reap_orphaned_engines
-
         print("stopping", flush=True)
-        ray.shutdown()
-        reap_orphaned_engines()
+        shutdown_local_ray()
     return 0
 
 

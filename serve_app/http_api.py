@@ -20,6 +20,7 @@ ROUTER_ENDPOINTS = {
     "scenario_chat": lambda app: app.post("/api/{scenario}/chat/completions"),
     "scenario_completions": lambda app: app.post("/api/{scenario}/completions"),
     "scenario_models": lambda app: app.get("/api/{scenario}/models", response_model=ModelList),
+    "pool_activity": lambda app: app.get("/trilemma/pools"),
 }
 
 

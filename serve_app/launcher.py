@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import os
+from contextlib import contextmanager
+from typing import Iterator
 
 import psutil
 import ray
@@ -26,18 +28,50 @@ def ensure_ray(config: TrilemmaConfig) -> None:
 
 
 def deploy(
-    config: TrilemmaConfig, *, engine_cls: type | None = None, model_source: str | None = None
+    config: TrilemmaConfig, *, engine_cls: type | None = None, model_source: str | None = None,
+    route_prefix: str = "/",
 ) -> str:
-    """Deploys the app and returns its base URL once every replica is ready (warmed up)."""
+    """Deploys the app and returns its base URL once every replica is ready (warmed up).
+
+    Another `route_prefix` lets a second app share the cluster's HTTP port (tests do).
+    """
     ensure_ray(config)
     serve.start(http_options={"host": config.http.host, "port": config.http.port})
     serve.run(
         build_app(config, engine_cls=engine_cls, model_source=model_source),
         name=config.app_name,
-        route_prefix="/",
+        route_prefix=route_prefix,
     )
     host = "127.0.0.1" if config.http.host in ("0.0.0.0", "::") else config.http.host
-    return f"http://{host}:{config.http.port}"
+    return f"http://{host}:{config.http.port}{route_prefix.rstrip('/')}"
+
+
+def undeploy(config: TrilemmaConfig) -> None:
+    """Deletes the app and waits for its replicas to stop; engines that outlive them are killed."""
+    serve.delete(config.app_name, _blocking=True)
+    reap_orphaned_engines()
+
+
+@contextmanager
+def deployed(
+    config: TrilemmaConfig, *, engine_cls: type | None = None, model_source: str | None = None,
+    route_prefix: str = "/",
+) -> Iterator[str]:
+    """The app's base URL while the block runs; the app is deleted after it, even on errors."""
+    try:
+        yield deploy(config, engine_cls=engine_cls, model_source=model_source, route_prefix=route_prefix)
+    finally:
+        undeploy(config)
+
+
+def shutdown_local_ray() -> None:
+    """Ends (or leaves) the Ray session and kills the engines its replicas leave behind.
+
+    A graceful serve.shutdown() did not return within 60 s on a 2-core machine; ending the
+    Ray session stops the replicas at once, and the reaper then ends their engines.
+    """
+    ray.shutdown()
+    reap_orphaned_engines()
 
 
 def reap_orphaned_engines() -> list[int]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import openai
 import pytest
@@ -126,3 +128,27 @@ def test_unknown_model_is_404(client):
     with pytest.raises(openai.NotFoundError):
         client.chat.completions.create(model="gpt-4o", messages=QUESTION, max_tokens=4)
     assert_still_serving(client)
+
+
+def test_bench_run_and_report_against_the_real_app(base_url, tmp_path):
+    """The harness end to end: real engines, busy clocks, a result file, a report with plots."""
+    from serve_app.cli import main
+
+    assert main([
+        "bench", "run", "--url", base_url, "--dataset", "docs", "--num-prompts", "6", "--concurrency", "3",
+        "--warmup", "1", "--slo", "chat:ttft_ms=10000,tpot_ms=1000", "--out", str(tmp_path),
+        "--name", "real", "--no-progress",
+    ]) == 0
+    (point,) = json.loads((tmp_path / "real.json").read_text())["points"]
+    summary = point["summary"]
+    assert summary["succeeded"] == 6 and summary["completion_tokens"] > 6
+    assert 0 < summary["ttft_ms"]["p50"] <= summary["ttft_ms"]["p99"] < summary["e2e_ms"]["p99"]
+    assert summary["tpot_ms"]["p50"] > 0 and summary["itl_ms"]["count"] > 0
+    # The short pool's engine was busy for part of the run, by its own clock.
+    assert 0 < summary["pools"]["short"]["busy_fraction"] <= 1
+    assert summary["provisioned_usd_per_1m_tokens"] > 0
+
+    assert main(["bench", "report", str(tmp_path / "real.json"), "--out", str(tmp_path / "report")]) == 0
+    for plot in ("latency-vs-throughput.png", "cost-vs-p99.png"):
+        assert (tmp_path / "report" / plot).read_bytes().startswith(b"\x89PNG")
+    assert "real concurrency 3" in (tmp_path / "report" / "report.md").read_text()

@@ -31,8 +31,13 @@ def test_bench_run_writes_complete_results(fake_app_url, tmp_path):
         assert summary["completion_tokens"] > 0 and summary["prompt_tokens"] > 0
         assert {r["pool"] for r in point["records"]} <= {"short", "long"}
         assert all(r["scenario"] == "chat" for r in point["records"])
+        # Utilization comes from the replicas' engine clocks, and prices make a capacity cost.
+        pools = summary["pools"]
+        assert set(pools) == {"short", "long"} and all(p["replicas"] == 1 for p in pools.values())
+        assert all(0 <= p["busy_fraction"] <= 1 for p in pools.values())
+        assert pools["short"]["busy_fraction"] > 0 and summary["provisioned_usd"] > 0
     markdown = (tmp_path / "run.md").read_text()
-    assert "poisson 40.0 req/s" in markdown and "TTFT p99" in markdown
+    assert "poisson 40.0 req/s" in markdown and "TTFT p99" in markdown and "short " in markdown
 
 
 def test_bench_run_counts_failures_instead_of_crashing(fake_app_url, tmp_path):
@@ -44,3 +49,14 @@ def test_bench_run_counts_failures_instead_of_crashing(fake_app_url, tmp_path):
     assert rc == 0
     summary = json.loads((tmp_path / "closed.json").read_text())["points"][0]["summary"]
     assert summary["succeeded"] == 0 and summary["errors"] == {"http 503": 3}
+
+
+def test_pool_activity_reports_every_replica_clock(fake_app_url):
+    import httpx
+
+    pools = httpx.get(f"{fake_app_url}/trilemma/pools", timeout=30).json()["pools"]
+    assert set(pools) == {"short", "long"}
+    for pool in pools.values():
+        assert pool["price_usd_per_hour"] == 0.05 and len(pool["replicas"]) == 1
+        clock = pool["replicas"][0]
+        assert 0 <= clock["busy_s"] <= clock["wall_s"] and clock["in_flight"] == 0

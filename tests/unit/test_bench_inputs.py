@@ -68,3 +68,9 @@ def test_load_shape_takes_exactly_one_knob():
         LoadShape(rate_rps=1, concurrency=2)
     with pytest.raises(ValueError):
         poisson_arrival_times(0, 3)
+
+
+def test_questions_are_the_docs_set_without_long_documents():
+    prompts = load_dataset("questions", 40, seed=3)
+    assert len(prompts) == 40 and {p.kind for p in prompts} == {"short"}
+    assert all(p.messages[-1]["content"].endswith("In one sentence, what is this about?") for p in prompts)

@@ -1,0 +1,126 @@
+"""The benchmark's pictures, drawn with matplotlib into PNG files (no display needed).
+
+Every function takes summaries as `bench.metrics.summarize` (plus `bench.pool_activity`)
+writes them, so a plot can be redrawn from any stored result file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only: benchmarks run on headless machines
+
+import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
+
+Series = tuple[str, list[dict[str, Any]]]  # a label and its summaries, in load order
+
+
+def usd_per_1m_tokens(summary: dict[str, Any]) -> float | None:
+    """What the server billed when it reports cost, else what the pools cost over the run."""
+    return summary.get("usd_per_1m_tokens") or summary.get("provisioned_usd_per_1m_tokens")
+
+
+def latency_vs_throughput(series: list[Series], path: Path) -> Path:
+    """TTFT and TPOT percentiles against output token throughput, one line per series."""
+    figure, (ttft_axis, tpot_axis) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for label, summaries in series:
+        throughput = [s["output_token_throughput_tps"] for s in summaries]
+        for axis, metric in ((ttft_axis, "ttft_ms"), (tpot_axis, "tpot_ms")):
+            line, = axis.plot(throughput, [s[metric]["p50"] for s in summaries], "o-", label=f"{label} p50")
+            axis.plot(throughput, [s[metric]["p99"] for s in summaries], "s--", color=line.get_color(),
+                      label=f"{label} p99")
+    for axis, title in ((ttft_axis, "Time to first token"), (tpot_axis, "Time per output token")):
+        axis.set_title(title)
+        axis.set_xlabel("output tokens/s")
+        axis.set_ylabel("ms")
+        axis.grid(alpha=0.3)
+    ttft_axis.set_yscale("log")
+    tpot_axis.legend(fontsize=7, loc="best")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
+
+
+def pareto_front(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The points no other point beats on both axes (lower is better on each)."""
+    front, best_y = [], float("inf")
+    for x, y in sorted(points):
+        if y < best_y:
+            front.append((x, y))
+            best_y = y
+    return front
+
+
+def cost_vs_p99(points: list[tuple[str, dict[str, Any]]], path: Path) -> Path:
+    """The trilemma on one picture: each configuration at its p99 TTFT and $ per 1M tokens,
+    its marker sized by throughput; the frontier joins the ones nothing else beats."""
+    figure, axis = plt.subplots(figsize=(7.5, 5))
+    placed = []
+    for label, summary in points:
+        cost, p99 = usd_per_1m_tokens(summary), summary["ttft_ms"]["p99"]
+        if cost is None or p99 != p99:  # no price, or no successful request
+            continue
+        size = 20 + 4 * summary["output_token_throughput_tps"]
+        axis.scatter(p99, cost, s=size, alpha=0.7)
+        axis.annotate(label, (p99, cost), fontsize=7, xytext=(4, 4), textcoords="offset points")
+        placed.append((p99, cost))
+    front = pareto_front(placed)
+    if front:
+        axis.plot(*zip(*front), "k--", linewidth=1, label="frontier (lower-left is better)")
+        axis.legend(fontsize=8)
+    axis.set_xscale("log")
+    axis.set_xlabel("TTFT p99 (ms)")
+    axis.set_ylabel("$ per 1M tokens")
+    axis.set_title("Cost against tail latency (marker size: output tokens/s)")
+    axis.grid(alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
+
+
+def sweep_curves(sweep: dict[str, Any], slo_ms: dict[str, float], path: Path) -> Path:
+    """Goodput per $ and p99 latencies along the knob, SLO lines, the knee marked."""
+    settings = sweep["settings"]
+    labels = [str(s["value"]) for s in settings]
+    x = range(len(settings))
+    figure, (merit_axis, latency_axis) = plt.subplots(1, 2, figsize=(11, 4.2))
+    per_usd = [s["summary"].get("good_requests_per_usd") for s in settings]
+    if all(v is not None for v in per_usd):
+        merit_axis.plot(x, per_usd, "o-", label="good requests per $")
+        merit_axis.set_ylabel("good requests per $")
+    else:
+        merit_axis.plot(x, [s["summary"]["goodput_rps"] for s in settings], "o-", label="goodput req/s")
+        merit_axis.set_ylabel("goodput req/s")
+    throughput_axis = merit_axis.twinx()
+    throughput_axis.plot(x, [s["summary"]["output_token_throughput_tps"] for s in settings], "^:",
+                         color="gray", label="output tokens/s")
+    throughput_axis.set_ylabel("output tokens/s")
+    for metric, marker in (("ttft_ms", "o-"), ("tpot_ms", "s-")):
+        latency_axis.plot(x, [s["summary"][metric]["p99"] for s in settings], marker,
+                          label=f"{metric[:4].upper()} p99")
+    for name, limit in slo_ms.items():
+        latency_axis.axhline(limit, linestyle="--", linewidth=1, color="red")
+        latency_axis.annotate(f"SLO {name}", (0, limit), fontsize=7, color="red",
+                              xytext=(2, 2), textcoords="offset points")
+    knee = sweep["knee"]["value"]
+    for axis in (merit_axis, latency_axis):
+        axis.set_xticks(list(x), labels)
+        axis.set_xlabel(sweep["knob"])
+        axis.grid(alpha=0.3)
+        if knee is not None:
+            axis.axvline(labels.index(str(knee)), color="green", linewidth=2, alpha=0.4, label="knee")
+    latency_axis.set_yscale("log")
+    latency_axis.set_ylabel("ms")
+    latency_axis.legend(fontsize=8)
+    merit_axis.legend(fontsize=8, loc="upper left")
+    merit_axis.set_title("What each setting buys")
+    latency_axis.set_title("What it costs in tail latency")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path

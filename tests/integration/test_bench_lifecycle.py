@@ -1,0 +1,86 @@
+"""Benchmarks that deploy the app themselves (sweep, overhead), on fake engines.
+
+They deploy a second app beside the package's shared one, under its own name and route
+prefix, so the shared app keeps serving the other tests.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bench.arrivals import LoadShape
+from bench.metrics import Slo
+from bench.overhead import measure_overhead
+from bench.runner import Workload, run_point, warm_up
+from bench.sweep import Knob, run_sweep
+from deployments.fake_engine import FakeEngine
+from serve_app.launcher import deployed
+from tests.support import config_for_tests
+
+pytestmark = pytest.mark.integration
+
+PREFIX = "/lifecycle"
+
+
+@pytest.fixture(scope="module")
+def lifecycle_config(fake_app_url):
+    # Depends on the shared app so that the HTTP proxy already listens on the test port.
+    raw = config_for_tests().model_dump(mode="json")
+    raw["app_name"] = "trilemma-lifecycle"
+    return type(config_for_tests()).from_dict(raw)
+
+
+@pytest.fixture
+def prompts_file(tmp_path):
+    path = tmp_path / "prompts.jsonl"
+    path.write_text("".join(json.dumps({"prompt": f"Question {i}: what is Ray?", "max_tokens": 8}) + "\n"
+                            for i in range(8)))
+    return path
+
+
+def test_sweep_restarts_the_app_per_setting_and_finds_the_knee(
+    lifecycle_config, prompts_file, embedded_model_dir
+):
+    slos = {"chat": Slo(tpot_s=0.05)}
+    workload = Workload.build("jsonl", num_prompts=8, rounds=1, warmup=1, slos=slos, path=prompts_file,
+                              scenario="chat")
+    replicas_seen = []
+
+    def measure(config):
+        with deployed(config, engine_cls=FakeEngine, model_source=str(embedded_model_dir),
+                      route_prefix=PREFIX) as url:
+            warm_up(url, workload, config.model.name)
+            points = run_point(url, workload, LoadShape(concurrency=4), model=config.model.name,
+                               progress=False)
+            replicas_seen.append({r["pool"] for r in points[0]["records"]})
+            return points
+
+    sweep = run_sweep(lifecycle_config, Knob("pools.short.env.TRILEMMA_FAKE_TPOT_S"),
+                      ["0.001", "0.01", "0.1"], measure, slos)
+    by_value = {s["value"]: s for s in sweep["settings"]}
+    slow_p99 = by_value["0.1"]["summary"]["tpot_ms"]["p99"]
+    assert by_value["0.1"]["slo_misses"] == [f"chat TPOT p99 {slow_p99:.0f} ms > 50 ms"]
+    assert by_value["0.001"]["slo_misses"] == by_value["0.01"]["slo_misses"] == []
+    assert sweep["knee"]["value"] == "0.001", sweep["knee"]
+    assert "good requests per $" in sweep["knee"]["reason"]
+    # The engines' clocks saw the slow setting busy for longer.
+    busy = {value: s["summary"]["pools"]["short"]["busy_fraction"] for value, s in by_value.items()}
+    assert 0 < busy["0.001"] < busy["0.1"] <= 1.0
+    assert replicas_seen == [{"short"}] * 3
+
+
+def test_overhead_runs_both_paths_to_the_same_pool(lifecycle_config, embedded_model_dir):
+    result = measure_overhead(
+        lifecycle_config, pool="short", num_prompts=6, rounds=2, concurrency=3, warmup=2, max_tokens=8,
+        progress=False, engine_cls=FakeEngine, model_source=str(embedded_model_dir), route_prefix=PREFIX,
+    )
+    for arm in ("direct", "router"):
+        summary = result["summaries"][arm]
+        assert summary["requests"] == summary["succeeded"] == 12, summary["errors"]
+        # The fake engine stamps the replica that served: both arms reached pool-short.
+        assert all(r["pool"] in (None, "short") for r in result["records"][arm])
+    assert result["misrouted"] == 0
+    assert result["throughput_ratio"] > 0 and result["added_ttft_p50_allowed_ms"] >= 5.0
+    assert set(result) >= {"added_ttft_p50_ms", "added_ttft_p99_ms", "throughput_ratio_round_median"}
