@@ -75,6 +75,12 @@ def test_the_knee_is_the_best_goodput_per_dollar_within_slo(settings, knee):
     assert find_knee(settings)["value"] == knee
 
 
+def test_without_a_knee_the_nearest_setting_is_named():
+    knee = find_knee([setting(4, 1.0, ["TTFT p99 6719 ms > 3000 ms"]), setting(8, 3.0, ["TTFT p99 3026 ms > 3000 ms"])])
+    assert knee["value"] is None
+    assert knee["reason"].endswith("the most per $ was 8 (TTFT p99 3026 ms > 3000 ms)")
+
+
 def test_merged_rounds_pool_records_and_pool_windows():
     def point(ttfts, duration, busy):
         records = [rec(t).to_dict() for t in ttfts]
