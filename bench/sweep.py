@@ -111,7 +111,8 @@ def find_knee(settings: list[dict[str, Any]]) -> dict[str, Any]:
         nearest = max(settings, key=lambda s: merit(s["summary"]))
         return {"value": None, "reason": f"no setting kept p99 within the SLO; the most per $ was "
                                          f"{nearest['value']} ({'; '.join(nearest['slo_misses'])})"}
-    best = max(eligible, key=lambda s: merit(s["summary"]))
+    # Ties (settings that all served the offered load within SLO) go to the lower tail latency.
+    best = max(eligible, key=lambda s: (merit(s["summary"]), -s["summary"]["ttft_ms"]["p99"]))
     unit = "good requests per $" if best["summary"].get("good_requests_per_usd") is not None else "goodput req/s"
     return {
         "value": best["value"],
