@@ -7,7 +7,12 @@ from dataclasses import dataclass
 
 
 def poisson_arrival_times(rate_rps: float, count: int, seed: int = 0) -> list[float]:
-    """Send times (s from start) of a Poisson process: independent exponential gaps."""
+    """Send times (s from start) of a Poisson process: independent exponential gaps, scaled
+    so that the last request leaves at exactly count / rate.
+
+    Unscaled, the sum of 40 exponential gaps strays by ~15% from its mean, and throughput
+    with it; vLLM's client scales the same way, so the two report the same offered load.
+    """
     if rate_rps <= 0:
         raise ValueError(f"request rate must be positive, got {rate_rps}")
     rng = random.Random(seed)
@@ -15,7 +20,8 @@ def poisson_arrival_times(rate_rps: float, count: int, seed: int = 0) -> list[fl
     for _ in range(count):
         now += rng.expovariate(rate_rps)
         times.append(now)
-    return times
+    scale = count / rate_rps / times[-1] if times else 1.0
+    return [t * scale for t in times]
 
 
 @dataclass(frozen=True)

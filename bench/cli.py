@@ -146,6 +146,15 @@ def _fail(error: Exception) -> int:
     return 2
 
 
+def _shown_path(path: Path) -> str:
+    """A path as results show it: relative to the working directory when inside it, so stored
+    results name no machine's folders."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
 def _command(args: argparse.Namespace) -> str:
     """The command as typed, for the results file, with any API key masked."""
     argv = list(args.argv)
@@ -221,7 +230,7 @@ def bench_sweep(args: argparse.Namespace) -> int:
         "kind": "sweep",
         "command": _command(args),
         "config": {
-            "app_config": str(args.config), "load": shape.describe(), "dataset": args.dataset,
+            "app_config": _shown_path(args.config), "load": shape.describe(), "dataset": args.dataset,
             "num_prompts": args.num_prompts, "rounds": args.rounds, "warmup": args.warmup,
             "seed": args.seed, "slos": {name: vars(slo) for name, slo in slos.items()},
         },
@@ -254,7 +263,7 @@ def bench_overhead(args: argparse.Namespace) -> int:
     finally:
         shutdown_local_ray()
     result = {"kind": "overhead", "command": _command(args),
-              "config": {"app_config": str(args.config), **{k: getattr(args, k) for k in (
+              "config": {"app_config": _shown_path(args.config), **{k: getattr(args, k) for k in (
                   "pool", "num_prompts", "rounds", "concurrency", "max_tokens", "warmup", "seed")}},
               **result}
     name = args.name or time.strftime("overhead-%Y%m%d-%H%M%S")

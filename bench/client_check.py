@@ -1,13 +1,15 @@
 """Checks this harness against vLLM's own client (`vllm bench serve`) on one endpoint.
 
-    python bench/client_check.py [--url http://127.0.0.1:8000] [--num-prompts 40] [--rate 1] [--concurrency 4]
+    python bench/client_check.py [--url http://127.0.0.1:8000] [--num-prompts 40] [--rate 1]
+                                 [--concurrency 4] [--pairs 3]
 
 Both clients send the same JSONL prompt set (real documentation text), in the same order and
 with no warm-up (the server is warm already), exactly 64 output tokens each (ignore_eos),
-alternating A, B, A, B, in two load shapes: Poisson arrivals at a
-rate, and a fixed concurrency. At a rate, throughput follows each client's own random arrival
-schedule (40 exponential gaps vary by ~15%), so throughput is compared in the closed loop,
-where it is the server's. Writes bench/results/client-check.{json,md}.
+alternating A, B, A, B, ... (`--pairs` runs each), in two load shapes: Poisson arrivals at a
+rate, and a fixed concurrency. Both scale their random arrival schedule to end at N / rate,
+so both offer the same load; the schedules themselves differ (each client draws its own), so
+the TTFT of single runs at a rate differs by the luck of the draw, and medians over pairs
+are compared. Writes bench/results/client-check.{json,md}.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -67,6 +70,7 @@ def main() -> int:
     parser.add_argument("--num-prompts", type=int, default=40)
     parser.add_argument("--rate", type=float, default=1.0)
     parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--pairs", type=int, default=3, help="runs of each client per load shape")
     args = parser.parse_args()
     model = httpx.get(f"{args.url}/v1/models", timeout=30).json()["data"][0]["id"]
     tokenizer = str(prepare_embedded_model(default_cache_dir()))
@@ -77,20 +81,21 @@ def main() -> int:
             out.write(json.dumps({"prompt": prompt.messages[0]["content"], "max_tokens": OUTPUT_TOKENS}) + "\n")
     runs = []
     for shape in ("rate", "concurrency"):
-        for index in (1, 2):  # alternate so that drift in the server hits both clients alike
+        for index in range(1, args.pairs + 1):  # alternate: drift in the server hits both alike
             tag = f"{shape}-{index}"
             runs.append((shape, "trilemma", run_ours(args, prompts_path, shape, f"client-check-trilemma-{tag}")))
             runs.append((shape, "vllm", run_vllm(args, prompts_path, model, tokenizer, shape, f"client-check-vllm-{tag}")))
-    mean = {
-        shape: {client: {key: sum(r[key] for s, c, r in runs if (s, c) == (shape, client)) / 2 for key in runs[0][2]}
+    median = {
+        shape: {client: {key: statistics.median(r[key] for s, c, r in runs if (s, c) == (shape, client))
+                         for key in runs[0][2]}
                 for client in ("trilemma", "vllm")}
         for shape in ("rate", "concurrency")
     }
-    ratios = {shape: {key: m["trilemma"][key] / m["vllm"][key] for key in m["trilemma"]} for shape, m in mean.items()}
+    ratios = {shape: {key: m["trilemma"][key] / m["vllm"][key] for key in m["trilemma"]} for shape, m in median.items()}
     command = (f"python bench/client_check.py --url {args.url} --num-prompts {args.num_prompts} "
-               f"--rate {args.rate} --concurrency {args.concurrency}")
+               f"--rate {args.rate} --concurrency {args.concurrency} --pairs {args.pairs}")
     (RESULTS / "client-check.json").write_text(json.dumps(
-        {"command": command, "runs": runs, "mean": mean, "ratio_trilemma_over_vllm": ratios}, indent=2) + "\n")
+        {"command": command, "runs": runs, "median": median, "ratio_trilemma_over_vllm": ratios}, indent=2) + "\n")
     shapes = {"rate": f"Poisson {args.rate} req/s", "concurrency": f"concurrency {args.concurrency}"}
     rows = "\n".join(
         f"| {shapes[shape]} | {client} | {r['ttft_p50_ms']:.0f} | {r['tpot_p50_ms']:.1f} "
@@ -105,7 +110,7 @@ def main() -> int:
         f"(ignore_eos), runs alternated. `vllm` is vLLM's own client (`trilemma-vllm bench serve`).\n\n"
         f"| load | client | TTFT p50 ms | TPOT p50 ms | req/s | out tok/s |\n"
         f"| --- | --- | --- | --- | --- | --- |\n{rows}\n\n"
-        f"Ratio of the means, this harness / vLLM's client:\n\n{ratio_lines}\n")
+        f"Ratio of the medians over runs, this harness / vLLM's client:\n\n{ratio_lines}\n")
     # Each client's own files hold per-run detail and vLLM's hold the tokenizer's local path;
     # the comparison above keeps what matters.
     for detail in RESULTS.glob("client-check-*-[0-9].*"):

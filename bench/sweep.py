@@ -107,8 +107,12 @@ def find_knee(settings: list[dict[str, Any]]) -> dict[str, Any]:
     """The best setting within SLO, and why; `settings` carry `value`, `summary`, `slo_misses`."""
     eligible = [s for s in settings if not s["slo_misses"]]
     if not eligible:
-        return {"value": None, "reason": "no setting kept p99 within the SLO"}
-    best = max(eligible, key=lambda s: merit(s["summary"]))
+        # Still say where to look: the setting that bought the most, and what it missed by.
+        nearest = max(settings, key=lambda s: merit(s["summary"]))
+        return {"value": None, "reason": f"no setting kept p99 within the SLO; the most per $ was "
+                                         f"{nearest['value']} ({'; '.join(nearest['slo_misses'])})"}
+    # Ties (settings that all served the offered load within SLO) go to the lower tail latency.
+    best = max(eligible, key=lambda s: (merit(s["summary"]), -s["summary"]["ttft_ms"]["p99"]))
     unit = "good requests per $" if best["summary"].get("good_requests_per_usd") is not None else "goodput req/s"
     return {
         "value": best["value"],

@@ -61,6 +61,13 @@ def test_poisson_gaps_are_exponential():
     assert times == sorted(times)
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_short_schedule_offers_exactly_the_asked_load(seed):
+    times = poisson_arrival_times(rate_rps=2.0, count=40, seed=seed)
+    assert times[-1] == pytest.approx(20.0)          # 40 requests at 2 req/s: the last at 20 s
+    assert 0 < times[0] and times == sorted(times)
+
+
 def test_load_shape_takes_exactly_one_knob():
     with pytest.raises(ValueError):
         LoadShape()

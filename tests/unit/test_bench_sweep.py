@@ -60,8 +60,9 @@ def test_slo_check_judges_p99_per_scenario_and_counts_failures():
     assert slo_check([rec(9.0, scenario="batch")], slos) == []   # batch has no SLO
 
 
-def setting(value, merit, misses=(), per_usd=True):
-    summary = {"goodput_rps": merit, "good_requests_per_usd": merit * 10 if per_usd else None}
+def setting(value, merit, misses=(), per_usd=True, ttft_p99=1000.0):
+    summary = {"goodput_rps": merit, "good_requests_per_usd": merit * 10 if per_usd else None,
+               "ttft_ms": {"p99": ttft_p99}}
     return {"value": value, "summary": summary, "slo_misses": list(misses)}
 
 
@@ -70,9 +71,16 @@ def setting(value, merit, misses=(), per_usd=True):
     ([setting(1, 1.0), setting(2, 0.5)], 1),
     ([setting(1, 1.0, ["failed"]), setting(2, 1.0, ["failed"])], None),
     ([setting(1, 1.0, per_usd=False), setting(8, 2.0, per_usd=False)], 8),
+    ([setting(4, 2.0, ttft_p99=900.0), setting(8, 2.0, ttft_p99=400.0)], 8),   # a tie: lower tail wins
 ])
 def test_the_knee_is_the_best_goodput_per_dollar_within_slo(settings, knee):
     assert find_knee(settings)["value"] == knee
+
+
+def test_without_a_knee_the_nearest_setting_is_named():
+    knee = find_knee([setting(4, 1.0, ["TTFT p99 6719 ms > 3000 ms"]), setting(8, 3.0, ["TTFT p99 3026 ms > 3000 ms"])])
+    assert knee["value"] is None
+    assert knee["reason"].endswith("the most per $ was 8 (TTFT p99 3026 ms > 3000 ms)")
 
 
 def test_merged_rounds_pool_records_and_pool_windows():
