@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, ValidationError
+from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt
 
 from serve_app.config import ConfigError, StrictModel
 
@@ -44,14 +44,7 @@ class PriceCatalog(StrictModel):
             raw = yaml.safe_load(Path(path).read_text())
         except (OSError, yaml.YAMLError) as error:
             raise ConfigError(f"{path}: cannot read the price catalog: {error}") from None
-        try:
-            return cls.model_validate(raw)
-        except ValidationError as error:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in issue['loc']) or '(top level)'}: {issue['msg']}"
-                for issue in error.errors()
-            )
-            raise ConfigError(f"{path}: {problems}") from None
+        return cls.validated(raw, str(path))
 
     def accelerator(self, name: str) -> AcceleratorPrice:
         # Ray names GPUs as `H100`; configs may say `h100`: prices are looked up either way.

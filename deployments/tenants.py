@@ -20,7 +20,7 @@ import secrets
 from pathlib import Path
 
 import yaml
-from pydantic import Field, NonNegativeFloat, ValidationError
+from pydantic import Field, NonNegativeFloat
 
 from serve_app.config import ConfigError, StrictModel
 
@@ -100,11 +100,7 @@ def read_tenants_file(path: str | Path) -> TenantsFile:
         raw = yaml.safe_load(Path(path).read_text()) or {}
     except (OSError, yaml.YAMLError) as error:
         raise ConfigError(f"{path}: cannot read tenants: {error}") from None
-    try:
-        return TenantsFile.model_validate(raw)
-    except ValidationError as error:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
-        raise ConfigError(f"{path}: {problems}") from None
+    return TenantsFile.validated(raw, str(path))
 
 
 def add_tenant(path: str | Path, name: str, daily_budget_usd: float | None) -> str:

@@ -29,6 +29,18 @@ class StrictModel(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    @classmethod
+    def validated(cls, raw: Any, source: str):
+        """`raw` as this model, or a ConfigError naming `source` and every offending key."""
+        try:
+            return cls.model_validate(raw)
+        except ValidationError as error:
+            problems = "; ".join(
+                f"{'.'.join(str(part) for part in issue['loc']) or '(top level)'}: {issue['msg']}"
+                for issue in error.errors()
+            )
+            raise ConfigError(f"{source}: {problems}") from None
+
 
 class ModelSpec(StrictModel):
     name: str = Field(
@@ -258,11 +270,4 @@ class TrilemmaConfig(StrictModel):
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any], source: str = "config") -> TrilemmaConfig:
-        try:
-            return cls.model_validate(raw)
-        except ValidationError as error:
-            problems = "; ".join(
-                f"{'.'.join(str(part) for part in issue['loc']) or '(top level)'}: {issue['msg']}"
-                for issue in error.errors()
-            )
-            raise ConfigError(f"{source}: {problems}") from error
+        return cls.validated(raw, source)

@@ -9,6 +9,16 @@ TEST_PORT = 8011
 METRICS_TEST_PORT = 8091
 
 
+class ManualClock:
+    """A clock that moves only when a test sets `now`."""
+
+    def __init__(self, now=0.0) -> None:
+        self.now = now
+
+    def __call__(self):
+        return self.now
+
+
 def config_for_tests() -> TrilemmaConfig:
     """The shipped default config on a test port, plus a scenario that no pool may serve."""
     raw = TrilemmaConfig.from_yaml(DEFAULT_CONFIG_PATH).model_dump()

@@ -19,12 +19,6 @@ MODEL = "SmolLM2-135M-Instruct"
 
 
 @pytest.fixture(scope="module")
-def client(fake_app_url):
-    with httpx.Client(base_url=fake_app_url, timeout=60) as client:
-        yield client
-
-
-@pytest.fixture(scope="module")
 def short_rate():
     return pool_rates(config_for_tests(), load_catalog(CostConfig()))["short"]
 

@@ -12,6 +12,7 @@ from deployments.engine_activity import EngineActivity
 from deployments.request_metering import final_usage, map_events, metered, prompt_tokens_hint
 from deployments.work_share import WorkShare
 from serve_app.config import DEFAULT_CONFIG_PATH, ConfigError, CostConfig, TrilemmaConfig
+from tests.support import ManualClock
 
 CATALOG = PriceCatalog.model_validate({
     "as_of": "test", "energy_usd_per_kwh": 0.10, "cloud_premium_multiplier": 1.25,
@@ -20,14 +21,6 @@ CATALOG = PriceCatalog.model_validate({
                      "cpu": {"on_demand_usd_per_hour": 0.04, "spot_usd_per_hour": 0.01,
                              "board_power_watts": 10}},
 })
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def test_replica_rate_terms_for_on_demand_and_spot():
@@ -62,7 +55,7 @@ def test_shipped_config_prices_its_cpu_pools_from_the_shipped_catalog():
 
 
 def test_work_shares_add_up_to_the_busy_time_exactly():
-    clock = Clock()
+    clock = ManualClock()
     work = WorkShare(clock)
     work.prefill_s_per_token, work.decode_s_per_token = 0.001, 0.05
     a = work.start(prompt_tokens=100)         # weight 0.1
@@ -82,7 +75,7 @@ def test_work_shares_add_up_to_the_busy_time_exactly():
 
 
 def test_work_share_learns_per_token_times_from_its_requests():
-    clock = Clock()
+    clock = ManualClock()
     work = WorkShare(clock)
     share = work.start(prompt_tokens=100)
     clock.now = 0.5                           # 5 ms per prompt token
@@ -98,7 +91,7 @@ def sse(body):
 
 
 async def test_metering_writes_the_cost_into_the_streamed_usage():
-    clock = Clock()
+    clock = ManualClock()
     rate = replica_rate(CATALOG, "cpu", units=1, purchase="on_demand")
 
     async def engine():
@@ -119,7 +112,7 @@ async def test_metering_writes_the_cost_into_the_streamed_usage():
 
 
 async def test_a_dropped_stream_is_still_charged_and_closes_the_clock():
-    clock = Clock()
+    clock = ManualClock()
 
     async def engine():
         clock.now = 1.0
@@ -139,7 +132,7 @@ async def test_a_dropped_stream_is_still_charged_and_closes_the_clock():
 
 
 async def test_a_whole_response_is_charged_without_teaching_per_token_times():
-    clock = Clock()
+    clock = ManualClock()
 
     class Usage:
         completion_tokens = 40

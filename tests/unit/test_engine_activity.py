@@ -5,18 +5,11 @@ from __future__ import annotations
 import pytest
 
 from deployments.engine_activity import EngineActivity
-
-
-class ManualClock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.support import ManualClock
 
 
 def test_overlapping_requests_count_their_union_once():
-    clock = ManualClock()
+    clock = ManualClock(100.0)
     activity = EngineActivity(clock)
     clock.now = 102.0
     activity.begin()            # busy from 102
@@ -34,7 +27,7 @@ def test_overlapping_requests_count_their_union_once():
 
 
 def test_an_open_interval_counts_up_to_the_reading():
-    clock = ManualClock()
+    clock = ManualClock(100.0)
     activity = EngineActivity(clock)
     activity.begin()
     clock.now = 103.0

@@ -9,6 +9,7 @@ import pytest
 from deployments.spend_ledger import DailySpend, next_reset
 from deployments.tenants import TenantDirectory, add_tenant, hash_key, read_tenants_file
 from serve_app.config import ConfigError
+from tests.support import ManualClock
 
 
 def test_keys_are_stored_hashed_and_resolve_to_their_tenant(tmp_path, monkeypatch):
@@ -58,16 +59,8 @@ def test_a_bad_key_variable_is_refused(monkeypatch):
         TenantDirectory.load(None, "TEST_KEYS")
 
 
-class Clock:
-    def __init__(self, when: str) -> None:
-        self.now = datetime.fromisoformat(when)
-
-    def __call__(self) -> datetime:
-        return self.now
-
-
 def test_budget_is_per_utc_day_and_names_limit_and_reset():
-    clock = Clock("2026-11-30T23:59:00+00:00")
+    clock = ManualClock(datetime.fromisoformat("2026-11-30T23:59:00+00:00"))
     spend = DailySpend(clock)
     spend.add("acme", 4.0)
     assert spend.over_budget("acme", 5.0) is None
