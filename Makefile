@@ -6,7 +6,10 @@ INSTALLED := $(VENV)/.installed
 CONFIG ?= serve_app/configs/local-cpu.yaml
 EXTRAS ?= cpu,test
 
-.PHONY: setup model serve test test-fast clean
+# Root installs system packages directly; anyone else through sudo.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: setup model serve test test-fast prometheus clean
 
 setup: $(INSTALLED)
 
@@ -24,7 +27,13 @@ model: setup
 serve: setup
 	$(VENV)/bin/trilemma serve --config $(CONFIG)
 
-test: setup
+# The e2e tier checks the app's metrics with a real Prometheus server: Debian's package.
+prometheus:
+	@command -v prometheus >/dev/null || { \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
+
+test: setup prometheus
 	$(PY) -m pytest -v -rs
 
 test-fast: setup

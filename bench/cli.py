@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import sys
 import time
@@ -50,9 +51,13 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     bench = commands.add_parser("bench", help="measure an OpenAI-compatible endpoint")
     sub = bench.add_subparsers(dest="bench_command", required=True)
 
-    run = sub.add_parser("run", help="load an endpoint and report latency, throughput, goodput, cost")
+    # No abbreviations: `--api` for `--api-key` would slip the key past the results' masking.
+    run = sub.add_parser("run", help="load an endpoint and report latency, throughput, goodput, cost",
+                         allow_abbrev=False)
     run.add_argument("--url", default="http://127.0.0.1:8000", help="base URL (without /v1)")
     run.add_argument("--model", help="model name; default: the first one /v1/models lists")
+    run.add_argument("--api-key", default=os.environ.get("TRILEMMA_API_KEY"),
+                     help="sent as 'Authorization: Bearer'; default: $TRILEMMA_API_KEY")
     _add_workload_args(run, single_load=False)
     _add_output_args(run, "bench")
     run.set_defaults(func=bench_run)
@@ -151,7 +156,14 @@ def _shown_path(path: Path) -> str:
 
 
 def _command(args: argparse.Namespace) -> str:
-    return "trilemma " + shlex.join(args.argv)
+    """The command as typed, for the results file, with any API key masked."""
+    argv = list(args.argv)
+    for index, word in enumerate(argv):
+        if word == "--api-key" and index + 1 < len(argv):
+            argv[index + 1] = "***"
+        elif word.startswith("--api-key="):
+            argv[index] = "--api-key=***"
+    return "trilemma " + shlex.join(argv)
 
 
 def bench_run(args: argparse.Namespace) -> int:
@@ -162,11 +174,12 @@ def bench_run(args: argparse.Namespace) -> int:
         model = args.model or resolve_model(args.url)
     except (argparse.ArgumentTypeError, DatasetError, EndpointError, ValueError) as error:
         return _fail(error)
-    warm_up(args.url, workload, model)
+    warm_up(args.url, workload, model, args.api_key)
     points = [
         point
         for shape in loads
-        for point in run_point(args.url, workload, shape, model=model, progress=not args.no_progress)
+        for point in run_point(args.url, workload, shape, model=model, progress=not args.no_progress,
+                               api_key=args.api_key)
     ]
     result = {
         "command": _command(args),

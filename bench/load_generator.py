@@ -74,6 +74,7 @@ async def _read_stream(response: aiohttp.ClientResponse, record: RequestRecord, 
 async def run_load(
     base_url: str, prompts: list[Prompt], shape: LoadShape, *, model: str,
     timeout_s: float = 600.0, seed: int = 0, progress: bool = True, label: str = "requests",
+    api_key: str | None = None,
 ) -> tuple[list[RequestRecord], float]:
     """Runs every prompt once in the given shape; returns the records and the wall time."""
     connector = aiohttp.TCPConnector(limit=0)  # no client-side cap on requests in flight
@@ -81,7 +82,8 @@ async def run_load(
     # A base URL may carry a path (an app behind a route prefix): relative request paths
     # append to it only when it ends in a slash.
     session_url = base_url.rstrip("/") + "/"
-    async with aiohttp.ClientSession(session_url, connector=connector, timeout=timeout) as session:
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
+    async with aiohttp.ClientSession(session_url, connector=connector, timeout=timeout, headers=headers) as session:
         bar = tqdm(total=len(prompts), desc=label, unit="req", disable=not progress)
         run_started = time.perf_counter()
 

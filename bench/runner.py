@@ -57,14 +57,15 @@ def resolve_model(url: str) -> str:
         raise EndpointError(f"cannot list models at {url}/v1/models: {error!r}") from None
 
 
-def warm_up(url: str, workload: Workload, model: str) -> None:
+def warm_up(url: str, workload: Workload, model: str, api_key: str | None = None) -> None:
     if workload.warmup:
         asyncio.run(run_load(url, workload.warmup, LoadShape(concurrency=len(workload.warmup)),
-                             model=model, progress=False))
+                             model=model, progress=False, api_key=api_key))
 
 
 def run_point(
-    url: str, workload: Workload, shape: LoadShape, *, model: str, progress: bool = True
+    url: str, workload: Workload, shape: LoadShape, *, model: str, progress: bool = True,
+    api_key: str | None = None,
 ) -> list[dict[str, Any]]:
     """Every round of the workload at one load shape; one result point per round."""
     points = []
@@ -72,7 +73,7 @@ def run_point(
         before = read_pool_activity(url)
         records, duration = asyncio.run(run_load(
             url, batch, shape, model=model, seed=workload.seed + index,
-            progress=progress, label=f"{shape.describe()} round {index + 1}",
+            progress=progress, label=f"{shape.describe()} round {index + 1}", api_key=api_key,
         ))
         pools = utilization(before, read_pool_activity(url))
         summary = summarize(records, duration, workload.slos)

@@ -2,16 +2,14 @@
 
 A coarse "utilization %" counts a replica as busy whenever it exists; what costs money
 and what capacity planning needs is the time the engine actually had work, queued or
-running. Each pool replica keeps one of these clocks around every engine call.
+running. Each pool replica keeps one, advanced around every engine call (request_metering).
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass
-from typing import AsyncGenerator, Callable, TypeVar
-
-T = TypeVar("T")
+from typing import Callable
 
 
 @dataclass(frozen=True)
@@ -65,12 +63,3 @@ class EngineActivity:
             requests_started=self._requests_started,
             requests_finished=self._requests_finished,
         )
-
-    async def track(self, stream: AsyncGenerator[T, None]) -> AsyncGenerator[T, None]:
-        """Yields `stream`'s items, counting the engine busy until the stream ends or is dropped."""
-        self.begin()
-        try:
-            async for item in stream:
-                yield item
-        finally:
-            self.end()

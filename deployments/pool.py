@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
+import functools
 import time
-from typing import Any, AsyncGenerator
+from typing import Any, AsyncGenerator, Callable
 
 from ray import serve
 
@@ -15,36 +18,82 @@ from ray.llm._internal.serve.observability.logging import get_logger
 from ray.serve.deployment import Application
 from ray.serve.llm import LLMConfig, LLMServer, build_llm_deployment
 
+from cluster.price_catalog import ReplicaRate
 from deployments.engine_activity import EngineActivity
+from deployments.request_metering import metered, prompt_tokens_hint
+from deployments.serving_metrics import PoolMetrics
+from deployments.work_share import WorkShare
 from serve_app.config import ModelSpec, PoolConfig
 
 # Ray's LLM logger: its lines reach the replica logs that Serve collects.
 logger = get_logger(__name__)
+# How often a replica adds its busy and idle time to the metrics; Ray exports them on its own
+# schedule, so finer would not make the counters fresher.
+ACTIVITY_EXPORT_INTERVAL_S = 2.0
 
 
 class PoolServer(LLMServer):
     """Ray's LLMServer, which reports ready only after one streamed chat and one completion,
-    and which clocks how busy its engine is.
+    clocks how busy its engine is, and prices every request's share of that busy time.
 
     The first requests of a fresh engine pay for kernel selection and compilation (27 s to a
     first token was seen on CPU); paying it here keeps it away from users.
     """
+
+    async def __init__(
+        self, llm_config: LLMConfig, *, pool_name: str, replica_rate: dict, **kwargs: Any
+    ) -> None:
+        # Set before the base constructor, which starts the replica.
+        self._pool_name = pool_name
+        self._rate = ReplicaRate(**replica_rate)
+        await super().__init__(llm_config, **kwargs)
 
     async def start(self) -> None:
         await super().start()
         await self._warm_up()
         # Started after the warm-up: a replica's wall time counts from when it can serve.
         self._activity = EngineActivity()
+        self._work = WorkShare()
+        self._metrics_task = asyncio.create_task(self._export_activity())
+
+    async def _export_activity(self) -> None:
+        """Turns the busy clock into busy and idle dollars on the metrics, interval by interval."""
+        metrics = PoolMetrics(self._pool_name)
+        last = self._activity.snapshot()
+        while True:
+            await asyncio.sleep(ACTIVITY_EXPORT_INTERVAL_S)
+            now = self._activity.snapshot()
+            metrics.record(busy_s=now.busy_s - last.busy_s, wall_s=now.wall_s - last.wall_s,
+                           usd_per_s=self._rate.usd_per_s)
+            last = now
 
     async def _run_request(self, request: Any, **kwargs: Any) -> AsyncGenerator[Any, None]:
-        stream = await super()._run_request(request, **kwargs)
-        return self._activity.track(stream)
+        raw_request_info = kwargs.get("raw_request_info")
+        pending = _PendingMeter(functools.partial(
+            metered, activity=self._activity, work=self._work, rate=self._rate,
+            prompt_tokens=prompt_tokens_hint(raw_request_info and raw_request_info.headers, request),
+        ))
+        token = _PENDING_METER.set(pending)
+        try:
+            stream = await super()._run_request(request, **kwargs)
+        finally:
+            _PENDING_METER.reset(token)
+        # Streams were metered below Ray's chunk batching; whole responses are metered here.
+        return stream if pending.applied else pending.wrap(stream)
+
+    def _batch_output_stream(self, generator: AsyncGenerator[Any, None]) -> AsyncGenerator[Any, None]:
+        pending = _PENDING_METER.get(None)
+        if pending is not None and not pending.applied:
+            generator = pending.wrap(generator)
+        return super()._batch_output_stream(generator)
 
     async def engine_activity(self) -> dict[str, Any]:
         """This replica's busy clock; the router gathers it from every replica by broadcast."""
         return {
             "replica": serve.get_replica_context().replica_id.unique_id,
             **self._activity.snapshot().to_dict(),
+            "prefill_s_per_token": self._work.prefill_s_per_token,
+            "decode_s_per_token": self._work.decode_s_per_token,
         }
 
     async def _warm_up(self) -> None:
@@ -59,6 +108,23 @@ class PoolServer(LLMServer):
         async for _ in self.engine.completions(completion, None):
             pass
         logger.info("pool warm-up took %.1f s", time.monotonic() - started)
+
+
+class _PendingMeter:
+    """The meter of the request being set up, for the hook that sees its engine stream."""
+
+    def __init__(self, meter: Callable[[AsyncGenerator[Any, None]], AsyncGenerator[Any, None]]) -> None:
+        self._meter = meter
+        self.applied = False
+
+    def wrap(self, stream: AsyncGenerator[Any, None]) -> AsyncGenerator[Any, None]:
+        self.applied = True
+        return self._meter(stream)
+
+
+# LLMServer._run_request creates the engine stream and batches it in one call; the batching
+# hook learns which request it serves from this (set per request, task-local).
+_PENDING_METER: contextvars.ContextVar[_PendingMeter] = contextvars.ContextVar("pending_meter")
 
 
 def deployment_name(pool_name: str) -> str:
@@ -96,12 +162,15 @@ def llm_config_for_pool(pool_name: str, pool: PoolConfig, model: ModelSpec, mode
 
 
 def build_pool_deployment(
-    pool_name: str, llm_config: LLMConfig, engine_cls: type | None = None
+    pool_name: str, llm_config: LLMConfig, rate: ReplicaRate, engine_cls: type | None = None
 ) -> Application:
     """`engine_cls` swaps the vLLM engine for another LLMEngine (tests use a fake one)."""
+    bind_kwargs: dict[str, Any] = {"pool_name": pool_name, "replica_rate": rate.model_dump()}
+    if engine_cls is not None:
+        bind_kwargs["engine_cls"] = engine_cls
     return build_llm_deployment(
         llm_config,
-        bind_kwargs={"engine_cls": engine_cls} if engine_cls is not None else None,
+        bind_kwargs=bind_kwargs,
         override_serve_options={"name": deployment_name(pool_name)},
         deployment_cls=PoolServer,
     )

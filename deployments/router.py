@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
-from typing import Any, AsyncGenerator
+import time
+from typing import Any, AsyncGenerator, Callable
 
 from fastapi import HTTPException, Request
 from pydantic import ValidationError
@@ -26,7 +28,12 @@ from ray.llm._internal.serve.core.protocol import RawRequestInfo
 from ray.llm._internal.serve.observability.logging import get_logger
 from ray.serve.handle import DeploymentHandle
 from starlette.responses import JSONResponse, Response, StreamingResponse
+from vllm.entrypoints.generate.base.protocol import StreamOptions
 
+from cluster.price_catalog import ReplicaRate
+from deployments.accounting import Accounting
+from deployments.prompt_hygiene import normalize_request
+from deployments.request_metering import PROMPT_TOKENS_HEADER, final_usage, map_events
 from deployments.routing import RouteDecision, RouteRequest, RoutingPolicy
 from deployments.scenarios import apply_profile
 from deployments.token_counter import PromptTokenCounter
@@ -37,6 +44,8 @@ logger = get_logger(__name__)
 
 SCENARIO_HEADER = "x-scenario"
 POOL_HEADER = "x-trilemma-pool"
+COST_HEADER = "x-trilemma-cost-usd"  # non-streamed answers; a stream's cost is in its usage
+TTFT_HEADER = "x-trilemma-ttft-ms"  # streamed answers: headers leave with the first token
 # A replica that cannot report its clock in this long is stuck; say so rather than hang.
 POOL_ACTIVITY_TIMEOUT_S = 10.0
 
@@ -55,6 +64,8 @@ class TrilemmaRouter(OpenAiIngress):
         model_card: ModelCard,
         config: TrilemmaConfig,
         tokenizer_source: str,
+        rates: dict[str, dict[str, float]],
+        tenants: dict[str, dict[str, Any]],
     ) -> None:
         # The base class answers /v1/models from its model cards; one card, the public name.
         first_pool = next(iter(pools.values()))
@@ -64,7 +75,11 @@ class TrilemmaRouter(OpenAiIngress):
         self._model_name = model_card.id
         self._config = config
         self._pools = {name: handle.options(stream=True) for name, handle in pools.items()}
-        self._policy = RoutingPolicy.from_config(config.routing)
+        self._rates = {name: ReplicaRate(**rate) for name, rate in rates.items()}
+        self._policy = RoutingPolicy.from_config(
+            config.routing, {name: rate.usd_per_hour for name, rate in self._rates.items()}
+        )
+        self._accounting = Accounting(tenants, config.tenants.spend_file)
         self._token_counter = PromptTokenCounter(tokenizer_source)
         self._token_counter.load()
 
@@ -120,7 +135,7 @@ class TrilemmaRouter(OpenAiIngress):
             "pools": {
                 name: {
                     "accelerator": self._config.pools[name].accelerator,
-                    "price_usd_per_hour": self._config.pools[name].price_usd_per_hour,
+                    "price_usd_per_hour": self._rates[name].usd_per_hour,
                     "replicas": replicas,
                 }
                 for name, replicas in zip(self._pools, readings)
@@ -135,18 +150,27 @@ class TrilemmaRouter(OpenAiIngress):
         scenario_name = scenario_in_path or request.headers.get(
             SCENARIO_HEADER, self._config.routing.default_scenario
         )
-        scenario = self._scenario(scenario_name, from_path=scenario_in_path is not None)
-        if body.model not in (None, self._model_name):
-            raise ApiError(
-                404,
-                f"model {body.model!r} does not exist; this server serves {self._model_name!r}",
-                code="model_not_found",
-                param="model",
-            )
-        headers = {"x-trilemma-scenario": scenario_name}
+        tenant = "unauthenticated"
+        headers: dict[str, str] = {}
         try:
+            # First: a caller without a key learns no more.
+            tenant = self._accounting.authenticate(request.headers.get("authorization"))
+            scenario = self._scenario(scenario_name, from_path=scenario_in_path is not None)
+            headers["x-trilemma-scenario"] = scenario_name
+            if body.model not in (None, self._model_name):
+                raise ApiError(
+                    404,
+                    f"model {body.model!r} does not exist; this server serves {self._model_name!r}",
+                    code="model_not_found",
+                    param="model",
+                )
+            await self._accounting.check_budget(tenant)
             applied = apply_profile(body, scenario)
             prompt_tokens = await self._count_prompt(body, call_method)
+            if scenario.normalize_whitespace and normalize_request(body):
+                original_tokens = prompt_tokens
+                prompt_tokens = await self._count_prompt(body, call_method)
+                self._accounting.metrics.prompt_tokens_saved(scenario_name, original_tokens - prompt_tokens)
             headers["x-trilemma-prompt-tokens"] = str(prompt_tokens)
             max_tokens = self._fit_default_budget(body, prompt_tokens, applied)
             decision = self._route(
@@ -155,10 +179,17 @@ class TrilemmaRouter(OpenAiIngress):
             headers.update({"x-trilemma-pool": decision.pool, "x-trilemma-route-reason": decision.reason})
             if self._config.pools[decision.pool].uses_priority_scheduling:
                 body.priority = scenario.priority
-            response = await self._forward(decision.pool, call_method, body, request)
+            record = functools.partial(
+                self._accounting.record, pool=decision.pool, scenario=scenario_name, tenant=tenant
+            )
+            response = await self._forward(decision.pool, call_method, body, request, prompt_tokens, record)
         except ApiError as error:
             # Errors say as much of the route as was decided, like answers do.
             error.headers.update(headers)
+            # Label values come from the config, never from the request: bounded series.
+            known = scenario_name if scenario_name in self._config.scenarios else "unknown"
+            self._accounting.record(pool=headers.get("x-trilemma-pool", "none"), scenario=known,
+                                    tenant=tenant, status=error.status, usage=None)
             raise
         response.headers.update(headers)
         if applied.adjustments:
@@ -246,12 +277,23 @@ class TrilemmaRouter(OpenAiIngress):
         return decision
 
     async def _forward(
-        self, pool: str, call_method: str, body: Any, request: Request
+        self, pool: str, call_method: str, body: Any, request: Request, prompt_tokens: int,
+        record: Callable[..., None],
     ) -> Response:
         if isinstance(body, ChatCompletionRequest):
             body = _sanitize_chat_completion_request(body)
+        client_wants_usage = bool(body.stream and body.stream_options and body.stream_options.include_usage)
+        if body.stream:
+            # The engine's last chunk carries usage and cost only when asked; we always ask, and
+            # pass that chunk on only to clients that asked too.
+            if body.stream_options is None:
+                body.stream_options = StreamOptions(include_usage=True)
+            else:
+                body.stream_options.include_usage = True
         raw_request = RawRequestInfo.from_starlette_request(request)
+        raw_request.headers[PROMPT_TOKENS_HEADER] = str(prompt_tokens)
         handle = getattr(self._pools[pool], call_method)
+        started = time.perf_counter()
         async with router_request_timeout(self._config.router.request_timeout_s):
             try:
                 first, stream = await _peek_at_generator(handle.remote(body, raw_request))
@@ -262,6 +304,7 @@ class TrilemmaRouter(OpenAiIngress):
             except Exception as error:  # the engine or its replica failed: not the client's fault
                 logger.warning("pool %s failed a request: %r", pool, error)
                 raise ApiError(502, f"llm request failed: {_reason(error)}", code="llm_request_failed") from None
+        ttft_ms = (time.perf_counter() - started) * 1000
         first_chunk = first[0] if isinstance(first, list) else first
         if isinstance(first_chunk, ErrorResponse):
             status = int(first_chunk.error.code or 500)
@@ -269,15 +312,42 @@ class TrilemmaRouter(OpenAiIngress):
                 raise ApiError(502, f"llm request failed: {first_chunk.error.message}", code="llm_request_failed")
             raise ApiError(status, first_chunk.error.message, code=first_chunk.error.type)
         if isinstance(first_chunk, NON_STREAMING_RESPONSE_TYPES):
-            return JSONResponse(content=first_chunk.model_dump())
-        return StreamingResponse(_stream_with_errors(stream, pool), media_type="text/event-stream")
+            content = first_chunk.model_dump()
+            usage = content.get("usage") or {}
+            record(status=200, usage=usage)
+            cost = usage.get("cost_usd")
+            headers = {COST_HEADER: f"{cost:.6e}"} if cost is not None else {}
+            return JSONResponse(content=content, headers=headers)
+        first_token_at = time.perf_counter()
+
+        def on_usage(usage: dict[str, Any]) -> None:
+            record(status=200, usage=usage, ttft_s=ttft_ms / 1000, decode_s=time.perf_counter() - first_token_at)
+
+        return StreamingResponse(
+            _stream_with_errors(stream, pool, keep_usage=client_wants_usage, on_usage=on_usage),
+            media_type="text/event-stream",
+            headers={TTFT_HEADER: f"{ttft_ms:.1f}"},
+        )
 
 
-async def _stream_with_errors(stream: AsyncGenerator, pool: str) -> AsyncGenerator[str, None]:
-    """Once streaming has begun the status is sent; a failure becomes a last error event."""
+async def _stream_with_errors(
+    stream: AsyncGenerator, pool: str, *, keep_usage: bool, on_usage: Callable[[dict[str, Any]], None]
+) -> AsyncGenerator[str, None]:
+    """Once streaming has begun the status is sent; a failure becomes a last error event.
+    The engine's final usage event is reported to `on_usage`, and passed on if the client asked."""
+
+    def take_usage(event: dict[str, Any]) -> dict[str, Any] | None:
+        usage = final_usage(event)
+        if usage is None:
+            return event
+        on_usage(usage)
+        return event if keep_usage else None
+
     try:
         async for packet in _openai_json_wrapper(stream):
-            yield packet
+            packet = map_events(packet, take_usage)
+            if packet:
+                yield packet
     except Exception as error:
         logger.warning("pool %s failed mid-stream: %r", pool, error)
         body = error_body(502, f"llm request failed: {_reason(error)}", code="llm_request_failed")

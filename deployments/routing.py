@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Mapping
 
 from serve_app.config import PoolConfig, RoutingConfig
 
@@ -41,18 +41,19 @@ class RoutingPolicy:
         super().__init_subclass__(**kwargs)
         RoutingPolicy.registry[name] = cls
 
-    def __init__(self, config: RoutingConfig) -> None:
+    def __init__(self, config: RoutingConfig, usd_per_hour: Mapping[str, float]) -> None:
         self.config = config
+        self.usd_per_hour = usd_per_hour  # one replica of each pool, all terms included
 
     @classmethod
-    def from_config(cls, config: RoutingConfig) -> RoutingPolicy:
+    def from_config(cls, config: RoutingConfig, usd_per_hour: Mapping[str, float]) -> RoutingPolicy:
         try:
             policy_cls = cls.registry[config.policy]
         except KeyError:
             raise ValueError(
                 f"unknown routing policy {config.policy!r}; known: {sorted(cls.registry)}"
             ) from None
-        return policy_cls(config)
+        return policy_cls(config, usd_per_hour)
 
     def choose(
         self, request: RouteRequest, candidates: dict[str, PoolConfig]
@@ -80,9 +81,8 @@ class ContextLengthPolicy(RoutingPolicy, name="context_length"):
         )
         in_role = {name: pool for name, pool in fitting.items() if pool.role == role}
         if request.prefer_cheapest:
-            name = min(fitting, key=lambda n: (fitting[n].price_usd_per_hour, fitting[n].role != role))
-            price = fitting[name].price_usd_per_hour
-            return RouteDecision(name, f"{size}; cheapest pool that fits (${price:g}/h)")
+            name = min(fitting, key=lambda n: (self.usd_per_hour[n], fitting[n].role != role))
+            return RouteDecision(name, f"{size}; cheapest pool that fits (${self.usd_per_hour[name]:.4g}/h)")
         if in_role:
             return RouteDecision(next(iter(in_role)), f"{size}: {role} pool")
         # No pool of the wanted kind is open to this scenario: the smallest that fits wastes least.

@@ -8,7 +8,9 @@ from ray import serve
 from ray.llm._internal.serve.core.configs.openai_api_models import to_model_metadata
 from ray.serve.deployment import Application
 
+from cluster.pricing import pool_rates, resolve_catalog
 from deployments.pool import build_pool_deployment, llm_config_for_pool
+from deployments.tenants import TenantDirectory
 from serve_app.config import DEFAULT_CONFIG_PATH, TrilemmaConfig
 from serve_app.http_api import router_ingress_class
 from serve_app.model_store import resolve_model_source
@@ -20,12 +22,14 @@ def build_app(
     """The whole online path. `model_source` skips resolving `config.model.source` (tests
     with a fake engine need no model weights, only a tokenizer)."""
     source = model_source or resolve_model_source(config.model.source)
+    in_use = sorted({pool.accelerator for pool in config.pools.values()})
+    rates = pool_rates(config, resolve_catalog(config.costs, in_use))
     llm_configs = {
         name: llm_config_for_pool(name, pool, config.model, source)
         for name, pool in config.pools.items()
     }
     pools = {
-        name: build_pool_deployment(name, llm_config, engine_cls)
+        name: build_pool_deployment(name, llm_config, rates[name], engine_cls)
         for name, llm_config in llm_configs.items()
     }
     model_card = to_model_metadata(config.model.name, next(iter(llm_configs.values())))
@@ -37,7 +41,11 @@ def build_app(
         ray_actor_options={"num_cpus": config.router.num_cpus},
     )
     return router.bind(
-        pools=pools, model_card=model_card, config=config, tokenizer_source=source
+        pools=pools, model_card=model_card, config=config, tokenizer_source=source,
+        rates={name: rate.model_dump() for name, rate in rates.items()},
+        # Read here, where the keys file and environment are the operator's; only hashes travel.
+        tenants={name: entry.model_dump() for name, entry in TenantDirectory.load(
+            config.tenants.keys_file, config.tenants.keys_env).entries.items()},
     )
 
 

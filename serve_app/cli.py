@@ -9,6 +9,7 @@ import threading
 import time
 
 from bench.cli import add_commands as add_bench_commands
+from serve_app.cost_cli import add_commands as add_cost_commands
 from serve_app.config import DEFAULT_CONFIG_PATH, ConfigError, TrilemmaConfig
 from serve_app.model_store import resolve_model_source
 
@@ -26,7 +27,15 @@ def main(argv: list[str] | None = None) -> int:
     check = commands.add_parser("check-config", help="validate a config and print it")
     check.add_argument("config", help="YAML config")
     check.set_defaults(func=_check_config)
+    tenants = commands.add_parser("tenants", help="API keys and daily budgets")
+    tenant_commands = tenants.add_subparsers(dest="tenants_command", required=True)
+    add = tenant_commands.add_parser("add", help="add a tenant (or give it a new key); prints the key once")
+    add.add_argument("name")
+    add.add_argument("--file", required=True, help="the tenants YAML (the config's tenants.keys_file)")
+    add.add_argument("--daily-budget-usd", type=float, help="most the tenant may spend per UTC day")
+    add.set_defaults(func=_add_tenant)
     add_bench_commands(commands)
+    add_cost_commands(commands)
     argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
     args.argv = argv  # results record the command that made them
@@ -37,6 +46,14 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as error:
         print(f"trilemma: {error}", file=sys.stderr)
         return 2
+
+
+def _add_tenant(args: argparse.Namespace) -> int:
+    from deployments.tenants import add_tenant
+
+    key = add_tenant(args.file, args.name, args.daily_budget_usd)
+    print(f"tenant {args.name!r} added to {args.file}; its API key (stored only as a hash):\n{key}")
+    return 0
 
 
 def _check_config(args: argparse.Namespace) -> int:

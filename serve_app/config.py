@@ -29,6 +29,18 @@ class StrictModel(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    @classmethod
+    def validated(cls, raw: Any, source: str):
+        """`raw` as this model, or a ConfigError naming `source` and every offending key."""
+        try:
+            return cls.model_validate(raw)
+        except ValidationError as error:
+            problems = "; ".join(
+                f"{'.'.join(str(part) for part in issue['loc']) or '(top level)'}: {issue['msg']}"
+                for issue in error.errors()
+            )
+            raise ConfigError(f"{source}: {problems}") from None
+
 
 class ModelSpec(StrictModel):
     name: str = Field(
@@ -64,8 +76,13 @@ class PoolConfig(StrictModel):
     quantization: str | None = Field(
         None, description="vLLM quantization method (e.g. `fp8`, `awq`); null for full precision."
     )
-    price_usd_per_hour: NonNegativeFloat = Field(
-        0.0, description="What one replica costs per hour; the cost scenario prefers cheaper pools."
+    purchase: Literal["on_demand", "spot"] = Field(
+        "on_demand", description="How the pool's machines are bought; picks the catalog price."
+    )
+    price_usd_per_hour: NonNegativeFloat | None = Field(
+        None,
+        description="Hardware price of one replica per hour, overriding the price catalog "
+        "(`accelerator` x units x the `purchase` price); energy and premium still apply.",
     )
     engine_kwargs: dict[str, Any] = Field(
         default_factory=dict, description="Further vLLM engine arguments, passed through as given."
@@ -84,6 +101,15 @@ class PoolConfig(StrictModel):
     @property
     def is_cpu(self) -> bool:
         return self.accelerator.lower() == "cpu"
+
+    @property
+    def units(self) -> float:
+        """Accelerator units one replica holds: its vCPUs, or its GPUs (tensor x pipeline
+        parallel); what the catalog's per-unit prices multiply."""
+        if self.is_cpu:
+            return self.resources.get("CPU", 1.0)
+        return float(self.engine_kwargs.get("tensor_parallel_size", 1)
+                     * self.engine_kwargs.get("pipeline_parallel_size", 1))
 
     @property
     def uses_priority_scheduling(self) -> bool:
@@ -105,10 +131,14 @@ class ScenarioConfig(StrictModel):
         None, description="Highest sampling temperature allowed; higher or unset is lowered to it."
     )
     unquantized_only: bool = Field(False, description="Only pools without quantization may serve it.")
+    normalize_whitespace: bool = Field(
+        False, description="Collapse runs of spaces, trailing blanks and empty lines in prompts "
+        "before they are counted and served (tokens saved are counted on the metrics).",
+    )
     prefer: Literal["context_fit", "cheapest"] = Field(
         "context_fit",
         description="`context_fit`: the pool of the request's length class; "
-        "`cheapest`: the lowest price_usd_per_hour among pools that fit.",
+        "`cheapest`: the pool with the lowest $/hour per replica among those that fit.",
     )
     pools: list[str] | None = Field(
         None, description="Pools the scenario may use; null means all (an empty list: none)."
@@ -154,11 +184,41 @@ class LocalRayConfig(StrictModel):
         description="Logical CPUs a locally started Ray advertises (null: the machine's cores). "
         "Engines reserve whole CPUs, so a small machine advertises more than it has.",
     )
+    metrics_export_port: int = Field(
+        8080, ge=1, le=65535,
+        description="Where a Ray started by the app serves its Prometheus metrics: "
+        "http://<node>:<port>/metrics (a joined cluster keeps its own port).",
+    )
 
 
 class HttpConfig(StrictModel):
     host: str = Field("127.0.0.1", description="Address the HTTP proxy binds.")
     port: int = Field(8000, ge=1, le=65535, description="Port the HTTP proxy listens on.")
+
+
+class CostConfig(StrictModel):
+    catalog: str | None = Field(
+        None, description="Price catalog YAML; null: the one this package ships (cluster/prices.yaml)."
+    )
+    live_prices: Literal["auto", "off"] = Field(
+        "auto",
+        description="`auto`: AWS prices replace the catalog's when AWS credentials are present.",
+    )
+    aws_region: str = Field("us-east-1", description="Region whose on-demand and spot prices apply.")
+    live_price_ttl_s: PositiveInt = Field(3600, description="How long live prices are reused.")
+
+
+class TenantsConfig(StrictModel):
+    keys_file: str | None = Field(
+        None, description="YAML of tenants with hashed API keys and daily budgets "
+        "(`trilemma tenants add` writes it); null: none from a file.",
+    )
+    keys_env: str | None = Field(
+        "TRILEMMA_API_KEYS", description="Environment variable with more keys as `name:key,...`.",
+    )
+    spend_file: str | None = Field(
+        None, description="Where the day's spend per tenant is kept across restarts; null: in memory only.",
+    )
 
 
 class TrilemmaConfig(StrictModel):
@@ -168,6 +228,8 @@ class TrilemmaConfig(StrictModel):
     router: RouterConfig = Field(default_factory=RouterConfig)
     pools: dict[str, PoolConfig] = Field(description="Engine pools by name.")
     scenarios: dict[str, ScenarioConfig] = Field(description="Scenario profiles by name.")
+    costs: CostConfig = Field(default_factory=CostConfig)
+    tenants: TenantsConfig = Field(default_factory=TenantsConfig)
     local_ray: LocalRayConfig = Field(default_factory=LocalRayConfig)
     http: HttpConfig = Field(default_factory=HttpConfig)
 
@@ -208,11 +270,4 @@ class TrilemmaConfig(StrictModel):
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any], source: str = "config") -> TrilemmaConfig:
-        try:
-            return cls.model_validate(raw)
-        except ValidationError as error:
-            problems = "; ".join(
-                f"{'.'.join(str(part) for part in issue['loc']) or '(top level)'}: {issue['msg']}"
-                for issue in error.errors()
-            )
-            raise ConfigError(f"{source}: {problems}") from error
+        return cls.validated(raw, source)

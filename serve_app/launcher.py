@@ -24,7 +24,8 @@ def ensure_ray(config: TrilemmaConfig) -> None:
     if os.environ.get("RAY_ADDRESS"):
         ray.init()
     else:
-        ray.init(num_cpus=config.local_ray.num_cpus)
+        ray.init(num_cpus=config.local_ray.num_cpus,
+                 _metrics_export_port=config.local_ray.metrics_export_port)
 
 
 def deploy(

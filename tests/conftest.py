@@ -8,6 +8,7 @@ import pytest
 
 from serve_app.launcher import reap_orphaned_engines
 from serve_app.model_store import default_cache_dir, prepare_embedded_model
+from tests.support import METRICS_TEST_PORT
 
 
 @pytest.fixture(scope="session")
@@ -25,7 +26,7 @@ def ray_cluster():
         # Building an app (the unit tier does) can start a default Ray: Ray Serve LLM's
         # builders query the cluster. The app tiers need the one sized like `local_ray`.
         ray.shutdown()
-    ray.init(num_cpus=4, include_dashboard=False)
+    ray.init(num_cpus=4, include_dashboard=False, _metrics_export_port=METRICS_TEST_PORT)
     yield
     serve.shutdown()
     ray.shutdown()

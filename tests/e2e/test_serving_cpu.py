@@ -7,10 +7,6 @@ import json
 import httpx
 import openai
 import pytest
-from ray import serve
-
-from serve_app.launcher import deploy
-from tests.support import config_for_tests
 
 pytestmark = pytest.mark.e2e
 
@@ -24,17 +20,9 @@ LONG_DOCUMENT = (
 ) * 25
 
 
-@pytest.fixture(scope="module")
-def base_url(ray_cluster, embedded_model_dir):
-    config = config_for_tests()
-    url = deploy(config, model_source=str(embedded_model_dir))
-    yield url
-    serve.delete(config.app_name)
-
-
 @pytest.fixture
-def client(base_url):
-    return openai.OpenAI(base_url=f"{base_url}/v1", api_key="unused", max_retries=0, timeout=120)
+def client(base_url, api_key):
+    return openai.OpenAI(base_url=f"{base_url}/v1", api_key=api_key, max_retries=0, timeout=120)
 
 
 def ask(client, **fields):
@@ -84,8 +72,8 @@ def test_long_prompt_goes_to_the_long_pool(client):
     assert reply.usage.prompt_tokens + 16 > 1024 and reply.choices[0].message.content
 
 
-def test_scenario_entry_point_with_the_openai_client(base_url):
-    quality = openai.OpenAI(base_url=f"{base_url}/api/quality", api_key="unused", max_retries=0)
+def test_scenario_entry_point_with_the_openai_client(base_url, api_key):
+    quality = openai.OpenAI(base_url=f"{base_url}/api/quality", api_key=api_key, max_retries=0)
     raw = quality.chat.completions.with_raw_response.create(
         model=MODEL, messages=QUESTION, max_tokens=8, temperature=1.5
     )
@@ -108,15 +96,16 @@ def test_oversize_prompt_is_400_with_both_numbers(client):
     assert_still_serving(client)
 
 
-def test_bad_json_is_400(base_url, client):
-    response = httpx.post(f"{base_url}/v1/chat/completions", content=b'{"model": ', timeout=30)
+def test_bad_json_is_400(base_url, client, api_key):
+    response = httpx.post(f"{base_url}/v1/chat/completions", content=b'{"model": ', timeout=30,
+                          headers={"Authorization": f"Bearer {api_key}"})
     assert response.status_code == 400
     assert response.json()["error"]["message"].startswith("malformed JSON body")
     assert_still_serving(client)
 
 
-def test_scenario_without_a_pool_is_503(base_url, client):
-    closed = openai.OpenAI(base_url=f"{base_url}/api/closed", api_key="unused", max_retries=0)
+def test_scenario_without_a_pool_is_503(base_url, client, api_key):
+    closed = openai.OpenAI(base_url=f"{base_url}/api/closed", api_key=api_key, max_retries=0)
     with pytest.raises(openai.APIStatusError) as caught:
         closed.chat.completions.create(model=MODEL, messages=QUESTION, max_tokens=4)
     assert caught.value.status_code == 503
@@ -130,14 +119,14 @@ def test_unknown_model_is_404(client):
     assert_still_serving(client)
 
 
-def test_bench_run_and_report_against_the_real_app(base_url, tmp_path):
+def test_bench_run_and_report_against_the_real_app(base_url, api_key, tmp_path):
     """The harness end to end: real engines, busy clocks, a result file, a report with plots."""
     from serve_app.cli import main
 
     assert main([
         "bench", "run", "--url", base_url, "--dataset", "docs", "--num-prompts", "6", "--concurrency", "3",
         "--warmup", "1", "--slo", "chat:ttft_ms=10000,tpot_ms=1000", "--out", str(tmp_path),
-        "--name", "real", "--no-progress",
+        "--name", "real", "--no-progress", "--api-key", api_key,
     ]) == 0
     (point,) = json.loads((tmp_path / "real.json").read_text())["points"]
     summary = point["summary"]

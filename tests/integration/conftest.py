@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import httpx
 import pytest
 from ray import serve
 
@@ -16,3 +17,10 @@ def fake_app_url(ray_cluster, embedded_model_dir):
     url = deploy(config, engine_cls=FakeEngine, model_source=str(embedded_model_dir))
     yield url
     serve.delete(config.app_name)
+
+
+@pytest.fixture(scope="package")
+def client(fake_app_url):
+    """An HTTP client of the shared app."""
+    with httpx.Client(base_url=fake_app_url, timeout=60) as client:
+        yield client

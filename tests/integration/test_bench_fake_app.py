@@ -54,9 +54,14 @@ def test_bench_run_counts_failures_instead_of_crashing(fake_app_url, tmp_path):
 def test_pool_activity_reports_every_replica_clock(fake_app_url):
     import httpx
 
+    from cluster.pricing import load_catalog, pool_rates
+    from serve_app.config import CostConfig
+    from tests.support import config_for_tests
+
+    rates = pool_rates(config_for_tests(), load_catalog(CostConfig()))
     pools = httpx.get(f"{fake_app_url}/trilemma/pools", timeout=30).json()["pools"]
     assert set(pools) == {"short", "long"}
-    for pool in pools.values():
-        assert pool["price_usd_per_hour"] == 0.05 and len(pool["replicas"]) == 1
+    for name, pool in pools.items():
+        assert pool["price_usd_per_hour"] == pytest.approx(rates[name].usd_per_hour) and len(pool["replicas"]) == 1
         clock = pool["replicas"][0]
         assert 0 <= clock["busy_s"] <= clock["wall_s"] and clock["in_flight"] == 0

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 
-import httpx
 import pytest
 
 from deployments.fake_engine import FAIL_MARKER, FAIL_MIDSTREAM_MARKER
@@ -12,12 +11,6 @@ from deployments.fake_engine import FAIL_MARKER, FAIL_MIDSTREAM_MARKER
 pytestmark = pytest.mark.integration
 
 MODEL = "SmolLM2-135M-Instruct"
-
-
-@pytest.fixture(scope="module")
-def client(fake_app_url):
-    with httpx.Client(base_url=fake_app_url, timeout=60) as client:
-        yield client
 
 
 def chat(client, content="hi", headers=None, path="/v1/chat/completions", **fields):

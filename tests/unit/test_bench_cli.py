@@ -37,3 +37,13 @@ def test_dataset_export_round_trips(tmp_path):
     out = tmp_path / "prompts.jsonl"
     assert main(["bench", "dataset", "--num-prompts", "6", "--out", str(out)]) == 0
     assert len(jsonl_dataset(out)) == 6
+
+
+def test_the_stored_command_masks_the_api_key():
+    from argparse import Namespace
+
+    from bench.cli import _command
+
+    assert _command(Namespace(argv=["bench", "run", "--api-key", "tk-secret", "--rate", "1"])) == (
+        "trilemma bench run --api-key '***' --rate 1")
+    assert "tk-secret" not in _command(Namespace(argv=["bench", "run", "--api-key=tk-secret"]))

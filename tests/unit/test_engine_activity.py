@@ -5,18 +5,11 @@ from __future__ import annotations
 import pytest
 
 from deployments.engine_activity import EngineActivity
-
-
-class ManualClock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.support import ManualClock
 
 
 def test_overlapping_requests_count_their_union_once():
-    clock = ManualClock()
+    clock = ManualClock(100.0)
     activity = EngineActivity(clock)
     clock.now = 102.0
     activity.begin()            # busy from 102
@@ -34,7 +27,7 @@ def test_overlapping_requests_count_their_union_once():
 
 
 def test_an_open_interval_counts_up_to_the_reading():
-    clock = ManualClock()
+    clock = ManualClock(100.0)
     activity = EngineActivity(clock)
     activity.begin()
     clock.now = 103.0
@@ -45,23 +38,3 @@ def test_an_open_interval_counts_up_to_the_reading():
 def test_end_without_begin_is_a_bug_not_a_negative_count():
     with pytest.raises(RuntimeError, match="without a matching begin"):
         EngineActivity().end()
-
-
-async def test_track_counts_a_stream_until_it_ends_or_is_dropped():
-    clock = ManualClock()
-    activity = EngineActivity(clock)
-
-    async def engine_stream():
-        for chunk in ("a", "b", "c"):
-            clock.now += 1.0
-            yield chunk
-
-    assert [chunk async for chunk in activity.track(engine_stream())] == ["a", "b", "c"]
-    assert activity.snapshot().busy_s == pytest.approx(3.0)
-
-    dropped = activity.track(engine_stream())
-    assert await dropped.__anext__() == "a"
-    assert activity.snapshot().in_flight == 1
-    await dropped.aclose()      # a client that disconnects mid-stream
-    assert activity.snapshot().in_flight == 0
-    assert activity.snapshot().busy_s == pytest.approx(4.0)

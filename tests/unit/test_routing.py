@@ -8,12 +8,13 @@ from deployments.routing import ContextLengthPolicy, RouteRequest, RoutingPolicy
 from serve_app.config import PoolConfig, RoutingConfig
 
 
-def pool(role, max_model_len, price=1.0):
-    return PoolConfig(role=role, max_model_len=max_model_len, max_num_seqs=4, price_usd_per_hour=price)
+def pool(role, max_model_len):
+    return PoolConfig(role=role, max_model_len=max_model_len, max_num_seqs=4)
 
 
-POOLS = {"short": pool("short", 2048, price=2.0), "long": pool("long", 8192, price=1.0)}
-POLICY = ContextLengthPolicy(RoutingConfig(short_context_threshold_tokens=1024))
+POOLS = {"short": pool("short", 2048), "long": pool("long", 8192)}
+# $/hour of one replica per pool, as the price catalog resolves them.
+POLICY = ContextLengthPolicy(RoutingConfig(short_context_threshold_tokens=1024), {"short": 2.0, "long": 1.0})
 
 
 @pytest.mark.parametrize(
@@ -41,12 +42,13 @@ def test_nothing_fits_returns_none():
 
 
 def test_cheapest_breaks_price_ties_by_length_class():
-    pools = {"a-long": pool("long", 8192, 1.0), "b-short": pool("short", 2048, 1.0)}
-    decision = POLICY.choose(RouteRequest(10, 10, "cost", prefer_cheapest=True), pools)
+    pools = {"a-long": pool("long", 8192), "b-short": pool("short", 2048)}
+    policy = ContextLengthPolicy(RoutingConfig(), {"a-long": 1.0, "b-short": 1.0})
+    decision = policy.choose(RouteRequest(10, 10, "cost", prefer_cheapest=True), pools)
     assert decision.pool == "b-short"
 
 
 def test_policies_are_registered_by_name():
-    assert isinstance(RoutingPolicy.from_config(RoutingConfig()), ContextLengthPolicy)
+    assert isinstance(RoutingPolicy.from_config(RoutingConfig(), {}), ContextLengthPolicy)
     with pytest.raises(ValueError, match="unknown routing policy 'fifo'; known: \\['context_length'"):
-        RoutingPolicy.from_config(RoutingConfig(policy="fifo"))
+        RoutingPolicy.from_config(RoutingConfig(policy="fifo"), {})

@@ -1,0 +1,63 @@
+"""Who is asking and what they owe: API keys to tenants, budgets, and the books of every
+answered request (metrics and the tenant's spend). The router asks it at a request's start
+and tells it at the request's end."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from ray.llm._internal.serve.observability.logging import get_logger
+
+from deployments.serving_metrics import RequestMetrics
+from deployments.spend_ledger import ledger_handle, next_reset
+from deployments.tenants import TenantDirectory, TenantEntry
+from serve_app.errors import ApiError
+
+logger = get_logger(__name__)
+
+DEFAULT_TENANT = "default"  # every request, while no API keys are configured
+
+
+class Accounting:
+    def __init__(self, tenants: dict[str, dict[str, Any]], spend_file: str | None) -> None:
+        self._tenants = TenantDirectory({name: TenantEntry(**entry) for name, entry in tenants.items()})
+        self._ledger = ledger_handle(spend_file)
+        self.metrics = RequestMetrics()
+
+    def authenticate(self, authorization: str | None) -> str:
+        """The tenant of an `Authorization: Bearer <key>` header; 401 when keys are configured
+        and the header has none or an unknown one."""
+        if not self._tenants.enabled:
+            return DEFAULT_TENANT
+        scheme, _, key = (authorization or "").partition(" ")
+        if scheme.lower() != "bearer" or not key.strip():
+            raise ApiError(401, "missing API key: send it as 'Authorization: Bearer <key>'",
+                           code="invalid_api_key")
+        tenant = self._tenants.tenant_for(key.strip())
+        if tenant is None:
+            raise ApiError(401, "invalid API key", code="invalid_api_key")
+        return tenant
+
+    async def check_budget(self, tenant: str) -> None:
+        """429, naming the budget and its reset, when the tenant has spent its day's budget."""
+        budget = self._tenants.daily_budget_usd(tenant)
+        if budget is None:
+            return
+        reason = await self._ledger.over_budget.remote(tenant, budget)
+        if reason is not None:
+            now = datetime.now(timezone.utc)
+            retry_after = int((next_reset(now) - now).total_seconds()) + 1
+            raise ApiError(429, reason, code="budget_exceeded", headers={"Retry-After": str(retry_after)})
+
+    def record(self, *, pool: str, scenario: str, tenant: str, status: int,
+               usage: dict[str, Any] | None, **timings: float) -> None:
+        """Books a finished request on the metrics and on its tenant's spend. It never fails an
+        answer that was served: a failure here is logged."""
+        try:
+            self.metrics.record(pool=pool, scenario=scenario, tenant=tenant, status=status, usage=usage, **timings)
+            cost = (usage or {}).get("cost_usd")
+            if cost:
+                self._ledger.add.remote(tenant, cost)  # not awaited: the answer does not wait on it
+        except Exception as error:
+            logger.warning("accounting of a %s/%s request failed: %r", pool, scenario, error)

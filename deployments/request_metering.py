@@ -1,0 +1,109 @@
+"""Meters one request through a pool replica's engine: busy clock, work share, its cost.
+
+The replica wraps every engine stream with `metered`, before Ray batches stream chunks (so
+the first token is timed when the engine produces it, not when a batch leaves). When the
+engine reports usage (the non-streamed response, or the stream's final usage event) the
+request's share of the replica's busy time is priced and written into that usage:
+
+    "usage": {"prompt_tokens": 12, "completion_tokens": 9, "total_tokens": 21,
+              "cost_usd": 1.9e-07, "engine_busy_s": 0.0138,
+              "cost_breakdown_usd": {"hardware": 1.7e-07, "energy": 3.7e-10, "premium": 1.7e-08}}
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, AsyncGenerator, Callable
+
+from cluster.price_catalog import ReplicaRate
+from deployments.engine_activity import EngineActivity
+from deployments.work_share import WorkShare
+
+PROMPT_TOKENS_HEADER = "x-trilemma-prompt-tokens"
+_DATA = "data: "
+
+
+def prompt_tokens_hint(headers: dict[str, str] | None, request: Any) -> int:
+    """The router's exact count when it sent one; otherwise a rough one (4 characters a token)
+    that only sets the request's prefill weight until the engine reports usage."""
+    value = (headers or {}).get(PROMPT_TOKENS_HEADER)
+    if value and value.isdigit():
+        return int(value)
+    text = getattr(request, "prompt", None) or json.dumps(getattr(request, "messages", ""))
+    return max(1, len(str(text)) // 4)
+
+
+def usage_fields(rate: ReplicaRate | None, busy_s: float) -> dict[str, Any]:
+    fields: dict[str, Any] = {"engine_busy_s": busy_s}
+    if rate is not None:
+        cost = rate.breakdown(busy_s)
+        fields["cost_usd"] = cost.pop("total")
+        fields["cost_breakdown_usd"] = cost
+    return fields
+
+
+def final_usage(event: dict[str, Any]) -> dict[str, Any] | None:
+    """The usage of a stream's closing usage event (usage and no choices); None for any other
+    event, including chunks that carry running usage (vLLM's continuous usage stats)."""
+    usage = event.get("usage")
+    return usage if usage and not event.get("choices") else None
+
+
+def map_events(packet: str, change: Callable[[dict[str, Any]], dict[str, Any] | None]) -> str:
+    """Applies `change` to every JSON event of an SSE packet (one or several `data: ` events);
+    an event `change` maps to None is dropped."""
+    if '"usage"' not in packet:  # the common case, and the only events `change` acts on
+        return packet
+    events = []
+    for event in packet.split("\n\n"):
+        if event.startswith(_DATA + "{"):
+            changed = change(json.loads(event[len(_DATA):]))
+            if changed is None:
+                continue
+            event = _DATA + json.dumps(changed, separators=(",", ":"))
+        events.append(event)
+    return "\n\n".join(events)
+
+
+def _is_streamed(item: Any) -> bool:
+    return isinstance(item, (str, list))
+
+
+async def metered(
+    stream: AsyncGenerator[Any, None], *, activity: EngineActivity, work: WorkShare,
+    rate: ReplicaRate | None, prompt_tokens: int,
+) -> AsyncGenerator[Any, None]:
+    """Yields `stream`'s items unchanged except for the final usage, which gains the cost."""
+    activity.begin()
+    share = work.start(prompt_tokens)
+    closed = False
+
+    def price(event: dict[str, Any]) -> dict[str, Any]:
+        nonlocal closed
+        usage = final_usage(event)
+        if usage is not None and not closed:
+            closed = True
+            usage.update(usage_fields(rate, work.finish(share, usage.get("completion_tokens") or 0)))
+        return event
+
+    try:
+        async for item in stream:
+            if _is_streamed(item):
+                work.first_token(share)
+                if not closed:
+                    item = [map_events(p, price) if isinstance(p, str) else p for p in item] \
+                        if isinstance(item, list) else map_events(item, price)
+            elif getattr(item, "usage", None) is not None and not closed:
+                # A whole response: it came at the end, so it says nothing about prefill and
+                # decode speed; it is charged its share without teaching the replica.
+                closed = True
+                seconds = work.finish(share, item.usage.completion_tokens or 0, learn=False)
+                for key, value in usage_fields(rate, seconds).items():
+                    setattr(item.usage, key, value)
+            yield item
+    finally:
+        if not closed:
+            # No usage came (an error, a client that left): the busy time it held is still
+            # charged to it, so the replica's requests keep adding up to its busy time.
+            work.finish(share, 0, learn=False)
+        activity.end()

@@ -1,0 +1,114 @@
+"""The app's Prometheus metrics, recorded through Ray's metrics API.
+
+Ray's metrics agent on each node serves them (`local_ray.metrics_export_port`) with its own
+`ray_` prefix; the shipped Prometheus config (`cluster/prometheus.yml`) strips that prefix,
+so queries use the names below. Counters end in `_total`, as Prometheus expects.
+
+Two recorders: the router's, per request (tokens, dollars, latencies by pool, scenario and
+tenant), and each pool replica's, per interval (busy and idle dollars from its busy clock).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ray.util.metrics import Counter, Histogram
+
+# Spans a one-token reply on a small model to a long document on a large one.
+COST_BOUNDARIES_USD = [1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0]
+TTFT_BOUNDARIES_S = [0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60]
+TPOT_BOUNDARIES_S = [0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1]
+
+
+class RequestMetrics:
+    """What the router records for every answered request."""
+
+    def __init__(self) -> None:
+        by_request = ("pool", "scenario", "tenant")
+        self.tokens = Counter(
+            "trilemma_tokens_total", "Tokens processed, by direction (prompt or completion).",
+            tag_keys=("direction", *by_request),
+        )
+        self.cost = Counter(
+            "trilemma_request_cost_usd_total", "Dollars charged to requests: their share of busy engine time.",
+            tag_keys=by_request,
+        )
+        self.requests = Counter(
+            "trilemma_requests_total", "Requests answered, by HTTP status.", tag_keys=(*by_request, "status"),
+        )
+        self.cost_histogram = Histogram(
+            "trilemma_request_cost_usd", "Dollars per request.", boundaries=COST_BOUNDARIES_USD,
+            tag_keys=("pool", "scenario"),
+        )
+        self.ttft = Histogram(
+            "trilemma_ttft_seconds", "Time to first token of streamed requests, at the router.",
+            boundaries=TTFT_BOUNDARIES_S, tag_keys=("pool", "scenario"),
+        )
+        self.tokens_saved = Counter(
+            "trilemma_prompt_tokens_saved_total", "Prompt tokens removed by whitespace normalization.",
+            tag_keys=("scenario",),
+        )
+        self.tpot = Histogram(
+            "trilemma_tpot_seconds", "Time per output token after the first, of streamed requests.",
+            boundaries=TPOT_BOUNDARIES_S, tag_keys=("pool", "scenario"),
+        )
+
+    def prompt_tokens_saved(self, scenario: str, tokens: int) -> None:
+        if tokens > 0:
+            self.tokens_saved.inc(tokens, {"scenario": scenario})
+
+    def record(
+        self, *, pool: str, scenario: str, tenant: str, status: int, usage: dict[str, Any] | None,
+        ttft_s: float | None = None, decode_s: float | None = None,
+    ) -> None:
+        tags = {"pool": pool, "scenario": scenario, "tenant": tenant}
+        self.requests.inc(1, {**tags, "status": str(status)})
+        if not usage:
+            return
+        prompt, completion = usage.get("prompt_tokens") or 0, usage.get("completion_tokens") or 0
+        if prompt:
+            self.tokens.inc(prompt, {**tags, "direction": "prompt"})
+        if completion:
+            self.tokens.inc(completion, {**tags, "direction": "completion"})
+        cost = usage.get("cost_usd")
+        by_pool = {"pool": pool, "scenario": scenario}
+        if cost is not None:
+            if cost > 0:
+                self.cost.inc(cost, tags)
+            self.cost_histogram.observe(cost, by_pool)
+        if ttft_s is not None:
+            self.ttft.observe(ttft_s, by_pool)
+        if decode_s is not None and completion > 1:
+            self.tpot.observe(decode_s / (completion - 1), by_pool)
+
+
+class PoolMetrics:
+    """What a pool replica records from its busy clock: its dollars, busy and idle."""
+
+    def __init__(self, pool: str) -> None:
+        self._tags = {"pool": pool}
+        self.busy_seconds = Counter(
+            "trilemma_engine_busy_seconds_total", "Seconds an engine had at least one request.",
+            tag_keys=("pool",),
+        )
+        self.replica_seconds = Counter(
+            "trilemma_replica_seconds_total", "Seconds replicas existed and could serve.", tag_keys=("pool",),
+        )
+        self.busy_usd = Counter(
+            "trilemma_pool_busy_usd_total", "Dollars of replica time with work in the engine.",
+            tag_keys=("pool",),
+        )
+        self.idle_usd = Counter(
+            "trilemma_pool_idle_usd_total", "Dollars of replica time with an idle engine.", tag_keys=("pool",),
+        )
+
+    def record(self, *, busy_s: float, wall_s: float, usd_per_s: float) -> None:
+        """One interval's increments (the caller diffs its clock readings)."""
+        idle_s = max(0.0, wall_s - busy_s)
+        if busy_s > 0:
+            self.busy_seconds.inc(busy_s, self._tags)
+            self.busy_usd.inc(busy_s * usd_per_s, self._tags)
+        if wall_s > 0:
+            self.replica_seconds.inc(wall_s, self._tags)
+        if idle_s > 0:
+            self.idle_usd.inc(idle_s * usd_per_s, self._tags)

@@ -1,0 +1,148 @@
+"""Costs with the real engine: answers priced from the catalog, a real Prometheus server that
+scrapes the app and sees the counters move by what the requests did, tenants and budgets."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+
+import httpx
+import openai
+import pytest
+
+from cluster.pricing import load_catalog, pool_rates
+from serve_app.cli import main
+from serve_app.config import CostConfig
+from tests.support import METRICS_TEST_PORT, config_for_tests
+
+pytestmark = pytest.mark.e2e
+
+MODEL = "SmolLM2-135M-Instruct"
+QUESTION = [{"role": "user", "content": "Name   three   colors.\n\n\n\nBe brief."}]
+PROMETHEUS_PORT = 9099
+PROMETHEUS_CONFIG = """
+global: {{scrape_interval: 1s}}
+scrape_configs:
+  - job_name: trilemma
+    static_configs: [{{targets: ["127.0.0.1:{port}"]}}]
+    metric_relabel_configs:
+      - {{source_labels: [__name__], regex: "ray_(trilemma_.*)", target_label: __name__, replacement: "$1"}}
+"""
+
+
+@pytest.fixture(scope="module")
+def prometheus(tmp_path_factory, base_url):
+    binary = shutil.which("prometheus")
+    assert binary, "the prometheus server is missing: `make prometheus` installs Debian's package"
+    folder = tmp_path_factory.mktemp("prometheus")
+    (folder / "prometheus.yml").write_text(PROMETHEUS_CONFIG.format(port=METRICS_TEST_PORT))
+    process = subprocess.Popen(
+        [binary, f"--config.file={folder / 'prometheus.yml'}", f"--storage.tsdb.path={folder / 'data'}",
+         f"--web.listen-address=127.0.0.1:{PROMETHEUS_PORT}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{PROMETHEUS_PORT}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/-/ready", timeout=2).status_code == 200:
+                break
+        except httpx.HTTPError:
+            time.sleep(0.5)
+    yield url
+    process.terminate()
+    process.wait(timeout=30)
+
+
+def query(prometheus: str, promql: str) -> float:
+    result = httpx.get(f"{prometheus}/api/v1/query", params={"query": promql}, timeout=10).json()
+    series = result["data"]["result"]
+    return float(series[0]["value"][1]) if series else 0.0
+
+
+def wait_for(prometheus: str, promql: str, at_least: float, timeout_s: float = 90) -> float:
+    """Ray exports every few seconds and Prometheus scrapes every second: poll."""
+    deadline = time.monotonic() + timeout_s
+    while (value := query(prometheus, promql)) < at_least and time.monotonic() < deadline:
+        time.sleep(1)
+    return value
+
+
+def settled(prometheus: str, queries: tuple[str, ...], quiet_s: float = 12) -> dict[str, float]:
+    """Readings that stayed the same for `quiet_s`: earlier requests' counts may still be on
+    their way through Ray's exporter."""
+    readings = {q: query(prometheus, q) for q in queries}
+    stable_since = time.monotonic()
+    while time.monotonic() - stable_since < quiet_s:
+        time.sleep(1)
+        now = {q: query(prometheus, q) for q in queries}
+        if now != readings:
+            readings, stable_since = now, time.monotonic()
+    return readings
+
+
+@pytest.fixture
+def client(base_url, api_key):
+    return openai.OpenAI(base_url=f"{base_url}/api/cost", api_key=api_key, max_retries=0, timeout=120)
+
+
+def test_a_real_answer_costs_its_busy_time_at_the_catalog_price(client):
+    raw = client.chat.completions.with_raw_response.create(model=MODEL, messages=QUESTION, max_tokens=12)
+    usage = raw.parse().usage.model_dump()
+    rate = pool_rates(config_for_tests(), load_catalog(CostConfig()))[raw.headers["x-trilemma-pool"]]
+    assert usage["completion_tokens"] > 0 and usage["engine_busy_s"] > 0
+    assert usage["cost_usd"] == pytest.approx(rate.usd_per_s * usage["engine_busy_s"], rel=1e-4)
+    assert float(raw.headers["x-trilemma-cost-usd"]) == pytest.approx(usage["cost_usd"], rel=1e-4)
+    assert sum(usage["cost_breakdown_usd"].values()) == pytest.approx(usage["cost_usd"], rel=1e-6)
+
+
+def test_prometheus_sees_the_counters_move_by_what_requests_did(client, prometheus, capsys):
+    tokens_q = 'sum(trilemma_tokens_total{scenario="cost",direction="completion"})'
+    prompt_q = 'sum(trilemma_tokens_total{scenario="cost",direction="prompt"})'
+    cost_q = 'sum(trilemma_request_cost_usd_total{scenario="cost"})'
+    before = settled(prometheus, (tokens_q, prompt_q, cost_q))
+    usages = [client.chat.completions.create(model=MODEL, messages=QUESTION, max_tokens=8).usage
+              for _ in range(3)]
+    completion = sum(u.completion_tokens for u in usages)
+    prompt = sum(u.prompt_tokens for u in usages)
+    dollars = sum(u.model_dump()["cost_usd"] for u in usages)
+    assert wait_for(prometheus, tokens_q, before[tokens_q] + completion) == before[tokens_q] + completion
+    assert wait_for(prometheus, prompt_q, before[prompt_q] + prompt) == before[prompt_q] + prompt
+    assert wait_for(prometheus, cost_q, before[cost_q] + dollars * 0.999) == pytest.approx(
+        before[cost_q] + dollars, rel=1e-6)
+    # The per-pool $/1M tokens the README's query gives, and the idle dollars beside it.
+    per_million = query(prometheus, "1e6 * sum by (pool) (trilemma_request_cost_usd_total) / "
+                                    "sum by (pool) (trilemma_tokens_total)")
+    assert per_million > 0
+    assert wait_for(prometheus, "sum(trilemma_pool_idle_usd_total)", 1e-12) > 0
+    # The prompt's extra whitespace was removed before it was counted: the cost scenario saves.
+    assert wait_for(prometheus, 'sum(trilemma_prompt_tokens_saved_total{scenario="cost"})', 1) >= 1
+    assert main(["cost", "report", "--metrics-url", f"http://127.0.0.1:{METRICS_TEST_PORT}/metrics"]) == 0
+    report = capsys.readouterr().out.splitlines()
+    assert any(line.split()[:2] == ["scenario", "cost"] for line in report)
+    assert any(line.startswith("pool short:") for line in report)
+
+
+def test_a_request_without_a_valid_key_is_401(base_url):
+    for key in ("", "tk-not-a-key"):
+        response = httpx.post(f"{base_url}/v1/chat/completions", timeout=30,
+                              headers={"Authorization": f"Bearer {key}"} if key else {},
+                              json={"model": MODEL, "messages": QUESTION, "max_tokens": 4})
+        assert response.status_code == 401
+        assert response.json()["error"]["code"] == "invalid_api_key"
+
+
+def test_a_tenant_over_its_daily_budget_is_429_until_reset(base_url, tenant_keys):
+    tiny = openai.OpenAI(base_url=f"{base_url}/v1", api_key=tenant_keys[1]["tiny"], max_retries=0, timeout=120)
+    tiny.chat.completions.create(model=MODEL, messages=QUESTION, max_tokens=4)   # spends past $1e-9
+    deadline = time.monotonic() + 10   # the spend reaches the ledger just after the answer
+    while True:
+        try:
+            tiny.chat.completions.create(model=MODEL, messages=QUESTION, max_tokens=4)
+        except openai.RateLimitError as error:
+            message = error.body["message"]
+            assert "tenant 'tiny' has spent $" in message and "daily budget of $1e-09" in message
+            assert "resets at" in message and 0 < int(error.response.headers["retry-after"]) <= 86401
+            return
+        assert time.monotonic() < deadline, "the over-budget tenant was still served"
