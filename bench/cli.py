@@ -278,7 +278,7 @@ def bench_overhead(args: argparse.Namespace) -> int:
 
 def bench_report(args: argparse.Namespace) -> int:
     try:
-        path = write_report(args.results, args.out, title=args.title)
+        path = write_report(args.results, args.out, title=args.title, command=_command(args))
     except ReportError as error:
         return _fail(error)
     print(f"wrote {path} and its plots")

@@ -49,7 +49,10 @@ def configurations(path: Path, result: dict[str, Any]) -> list[Configuration]:
     its configurations."""
     source = Path(path).stem
     if "settings" in result:
-        return [Configuration(source, f"{result['knob'].rsplit('.', 1)[-1]}={s['value']}", s["summary"])
+        # Sweeps of one knob under other loads may sit side by side: the label says which.
+        load = result.get("config", {}).get("load")
+        knob = result["knob"].rsplit(".", 1)[-1]
+        return [Configuration(source, f"{knob}={s['value']}" + (f" @ {load}" if load else ""), s["summary"])
                 for s in result["settings"]]
     by_load: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for point in result["points"]:
@@ -111,7 +114,8 @@ def write_sweep(result: dict[str, Any], out_dir: Path, name: str) -> tuple[Path,
     return json_path, md_path
 
 
-def write_report(paths: list[Path], out_dir: Path, title: str = "Benchmark report") -> Path:
+def write_report(paths: list[Path], out_dir: Path, title: str = "Benchmark report",
+                 command: str | None = None) -> Path:
     """Writes `report.md` and its PNGs into `out_dir`; returns the markdown's path."""
     results = [(Path(p), load_result(p)) for p in paths]
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -121,7 +125,10 @@ def write_report(paths: list[Path], out_dir: Path, title: str = "Benchmark repor
         series[c.source].append(c.summary)
     latency = plots.latency_vs_throughput(list(series.items()), out_dir / "latency-vs-throughput.png")
     frontier = plots.cost_vs_p99([(c.label, c.summary) for c in configs], out_dir / "cost-vs-p99.png")
-    sections = [f"# {title}\n", "## Sources\n"]
+    sections = [f"# {title}\n"]
+    if command:
+        sections.append(f"Made by `{command}`.\n")
+    sections.append("## Sources\n")
     for path, result in results:
         sections.append(f"- `{path.name}`: `{result.get('command', '(no command stored)')}`")
     for path, result in results:
