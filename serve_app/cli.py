@@ -9,8 +9,8 @@ import threading
 import time
 
 from bench.cli import add_commands as add_bench_commands
-from serve_app.cost_cli import add_commands as add_cost_commands
 from serve_app.config import DEFAULT_CONFIG_PATH, ConfigError, TrilemmaConfig
+from serve_app.cost_cli import add_commands as add_cost_commands
 from serve_app.model_store import resolve_model_source
 
 
