@@ -57,7 +57,8 @@ class Accounting:
         try:
             self.metrics.record(pool=pool, scenario=scenario, tenant=tenant, status=status, usage=usage, **timings)
             cost = (usage or {}).get("cost_usd")
-            if cost:
+            # Only budgets read the ledger: tenants without one cost it no call per request.
+            if cost and self._tenants.daily_budget_usd(tenant) is not None:
                 self._ledger.add.remote(tenant, cost)  # not awaited: the answer does not wait on it
         except Exception as error:
             logger.warning("accounting of a %s/%s request failed: %r", pool, scenario, error)
