@@ -41,6 +41,11 @@ def _add_workload_args(parser: argparse.ArgumentParser, *, single_load: bool) ->
     parser.add_argument("--seed", type=int, default=0)
 
 
+def _add_api_key_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--api-key", default=os.environ.get("TRILEMMA_API_KEY"),
+                        help="sent as 'Authorization: Bearer'; default: $TRILEMMA_API_KEY")
+
+
 def _add_output_args(parser: argparse.ArgumentParser, default_name: str) -> None:
     parser.add_argument("--out", type=Path, default=RESULTS_DIR, help="results folder")
     parser.add_argument("--name", help=f"results file name (default: {default_name}-<time>)")
@@ -56,26 +61,27 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
                          allow_abbrev=False)
     run.add_argument("--url", default="http://127.0.0.1:8000", help="base URL (without /v1)")
     run.add_argument("--model", help="model name; default: the first one /v1/models lists")
-    run.add_argument("--api-key", default=os.environ.get("TRILEMMA_API_KEY"),
-                     help="sent as 'Authorization: Bearer'; default: $TRILEMMA_API_KEY")
+    _add_api_key_arg(run)
     _add_workload_args(run, single_load=False)
     _add_output_args(run, "bench")
     run.set_defaults(func=bench_run)
 
     sweep = sub.add_parser("sweep", help="one config knob over a grid, the app restarted per point; "
-                                         "finds the knee")
+                                         "finds the knee", allow_abbrev=False)
     sweep.add_argument("--config", type=Path, default=DEFAULT_CONFIG_PATH, help="the app's config")
     sweep.add_argument("--knob", required=True, metavar="DOTTED.PATH",
                        help="e.g. pools.short.max_num_seqs, pools.short.max_ongoing_requests, "
                             "pools.short.replicas, routing.short_context_threshold_tokens")
     sweep.add_argument("--values", required=True, help="comma-separated settings, e.g. 1,2,4,8")
+    _add_api_key_arg(sweep)
     _add_workload_args(sweep, single_load=True)
     _add_output_args(sweep, "sweep")
     sweep.set_defaults(func=bench_sweep)
 
     overhead = sub.add_parser("overhead", help="the same workload straight to a pool and through "
-                                               "the router, interleaved")
+                                               "the router, interleaved", allow_abbrev=False)
     overhead.add_argument("--config", type=Path, default=DEFAULT_CONFIG_PATH, help="the app's config")
+    _add_api_key_arg(overhead)
     overhead.add_argument("--pool", default="short", help="the pool both paths reach")
     overhead.add_argument("--num-prompts", type=int, default=24, help="requests per arm per round")
     overhead.add_argument("--rounds", type=int, default=8, help="rounds per arm (ABBA order)")
@@ -216,8 +222,8 @@ def bench_sweep(args: argparse.Namespace) -> int:
 
     def measure(point_config: TrilemmaConfig) -> list[dict]:
         with deployed(point_config) as url:
-            warm_up(url, workload, point_config.model.name)
-            return run_point(url, workload, shape, model=point_config.model.name,
+            warm_up(url, workload, point_config.model.name, args.api_key)
+            return run_point(url, workload, shape, model=point_config.model.name, api_key=args.api_key,
                              progress=not args.no_progress)
 
     try:
@@ -258,7 +264,7 @@ def bench_overhead(args: argparse.Namespace) -> int:
         result = measure_overhead(
             config, pool=args.pool, num_prompts=args.num_prompts, rounds=args.rounds,
             concurrency=args.concurrency, warmup=args.warmup, max_tokens=args.max_tokens,
-            seed=args.seed, progress=not args.no_progress,
+            seed=args.seed, progress=not args.no_progress, api_key=args.api_key,
         )
     finally:
         shutdown_local_ray()

@@ -91,6 +91,7 @@ def measure_overhead(
     config: TrilemmaConfig, *, pool: str, num_prompts: int, rounds: int, concurrency: int,
     warmup: int, max_tokens: int = 64, seed: int = 0, progress: bool = True,
     engine_cls: type | None = None, model_source: str | None = None, route_prefix: str = "/",
+    api_key: str | None = None,
 ) -> dict[str, Any]:
     """Deploys the app and the direct ingress, runs the ABBA rounds, tears both down."""
     config = without_prefix_cache(config, pool)
@@ -106,14 +107,15 @@ def measure_overhead(
             urls = {"direct": urljoin(url + "/", DIRECT_PREFIX), "router": url}
             for arm in ARMS:
                 asyncio.run(run_load(urls[arm], overhead_prompts(warmup, seed=seed - 1, max_tokens=max_tokens),
-                                     LoadShape(concurrency=warmup), model=config.model.name, progress=False))
+                                     LoadShape(concurrency=warmup), model=config.model.name, progress=False,
+                                     api_key=api_key))
             for index in range(rounds):
                 prompts = overhead_prompts(num_prompts, seed=seed + index, max_tokens=max_tokens)
                 order = ARMS if index % 2 == 0 else tuple(reversed(ARMS))
                 for arm in order:
                     batch, duration = asyncio.run(run_load(
                         urls[arm], prompts, shape, model=config.model.name, progress=progress,
-                        label=f"round {index + 1} {arm}",
+                        label=f"round {index + 1} {arm}", api_key=api_key,
                     ))
                     records[arm] += batch
                     seconds[arm] += duration
