@@ -14,7 +14,7 @@ from bench.arrivals import LoadShape
 from bench.datasets import DATASETS, DatasetError, load_dataset
 from bench.metrics import Slo
 from bench.report import ReportError, write_report, write_sweep
-from bench.results import markdown_table, write_results
+from bench.results import markdown_table, write_json, write_results
 from bench.runner import EndpointError, Workload, resolve_model, run_point, warm_up
 from bench.sweep import Knob, SweepError, parse_values, run_sweep
 from serve_app.config import DEFAULT_CONFIG_PATH, ConfigError, TrilemmaConfig
@@ -46,6 +46,12 @@ def _add_api_key_arg(parser: argparse.ArgumentParser) -> None:
                         help="sent as 'Authorization: Bearer'; default: $TRILEMMA_API_KEY")
 
 
+def _add_app_args(parser: argparse.ArgumentParser) -> None:
+    """For commands that deploy the app themselves: its config, and the key its requests carry."""
+    parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG_PATH, help="the app's config")
+    _add_api_key_arg(parser)
+
+
 def _add_output_args(parser: argparse.ArgumentParser, default_name: str) -> None:
     parser.add_argument("--out", type=Path, default=RESULTS_DIR, help="results folder")
     parser.add_argument("--name", help=f"results file name (default: {default_name}-<time>)")
@@ -68,20 +74,18 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
 
     sweep = sub.add_parser("sweep", help="one config knob over a grid, the app restarted per point; "
                                          "finds the knee", allow_abbrev=False)
-    sweep.add_argument("--config", type=Path, default=DEFAULT_CONFIG_PATH, help="the app's config")
+    _add_app_args(sweep)
     sweep.add_argument("--knob", required=True, metavar="DOTTED.PATH",
                        help="e.g. pools.short.max_num_seqs, pools.short.max_ongoing_requests, "
                             "pools.short.replicas, routing.short_context_threshold_tokens")
     sweep.add_argument("--values", required=True, help="comma-separated settings, e.g. 1,2,4,8")
-    _add_api_key_arg(sweep)
     _add_workload_args(sweep, single_load=True)
     _add_output_args(sweep, "sweep")
     sweep.set_defaults(func=bench_sweep)
 
     overhead = sub.add_parser("overhead", help="the same workload straight to a pool and through "
                                                "the router, interleaved", allow_abbrev=False)
-    overhead.add_argument("--config", type=Path, default=DEFAULT_CONFIG_PATH, help="the app's config")
-    _add_api_key_arg(overhead)
+    _add_app_args(overhead)
     overhead.add_argument("--pool", default="short", help="the pool both paths reach")
     overhead.add_argument("--num-prompts", type=int, default=24, help="requests per arm per round")
     overhead.add_argument("--rounds", type=int, default=8, help="rounds per arm (ABBA order)")
@@ -273,9 +277,7 @@ def bench_overhead(args: argparse.Namespace) -> int:
                   "pool", "num_prompts", "rounds", "concurrency", "max_tokens", "warmup", "seed")}},
               **result}
     name = args.name or time.strftime("overhead-%Y%m%d-%H%M%S")
-    args.out.mkdir(parents=True, exist_ok=True)
-    json_path, md_path = args.out / f"{name}.json", args.out / f"{name}.md"
-    json_path.write_text(json.dumps(result, indent=2, default=str) + "\n")
+    json_path, md_path = write_json(result, args.out, name), args.out / f"{name}.md"
     md_path.write_text(f"# {name}\n\nCommand: `{result['command']}`\n\n{overhead_markdown(result)}")
     print(overhead_markdown(result))
     print(f"wrote {json_path} and {md_path}")

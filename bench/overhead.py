@@ -27,6 +27,7 @@ from bench.arrivals import LoadShape
 from bench.datasets import Prompt, random_dataset
 from bench.load_generator import run_load
 from bench.metrics import RequestRecord, summarize
+from bench.sweep import Knob
 from deployments.pool import deployment_name, llm_config_for_pool
 from serve_app.config import TrilemmaConfig
 from serve_app.launcher import deployed
@@ -35,14 +36,6 @@ from serve_app.model_store import resolve_model_source
 DIRECT_APP = "trilemma-direct"
 DIRECT_PREFIX = "/direct"
 ARMS = ("direct", "router")
-
-
-def without_prefix_cache(config: TrilemmaConfig, pool: str) -> TrilemmaConfig:
-    data = config.model_dump(mode="json")
-    if pool not in data["pools"]:
-        raise ValueError(f"no pool {pool!r} in the config; pools: {sorted(data['pools'])}")
-    data["pools"][pool]["engine_kwargs"]["enable_prefix_caching"] = False
-    return TrilemmaConfig.from_dict(data, source="overhead config")
 
 
 def build_direct_ingress(config: TrilemmaConfig, pool: str, model_source: str) -> Application:
@@ -94,7 +87,7 @@ def measure_overhead(
     api_key: str | None = None,
 ) -> dict[str, Any]:
     """Deploys the app and the direct ingress, runs the ABBA rounds, tears both down."""
-    config = without_prefix_cache(config, pool)
+    config = Knob(f"pools.{pool}.engine_kwargs.enable_prefix_caching").apply(config, False)
     source = model_source or resolve_model_source(config.model.source)
     shape = LoadShape(concurrency=concurrency)
     records: dict[str, list[RequestRecord]] = {arm: [] for arm in ARMS}

@@ -58,13 +58,6 @@ def utilization(before: dict[str, Any] | None, after: dict[str, Any] | None) -> 
     return pools
 
 
-def provisioned_usd_per_hour(reading: dict[str, Any] | None) -> float | None:
-    """What the deployment costs per hour as it stands: replicas times their pool's price."""
-    if reading is None:
-        return None
-    return sum(pool["price_usd_per_hour"] * len(pool["replicas"]) for pool in reading.values())
-
-
 def capacity_cost(summary: dict[str, Any], pools: dict[str, Any] | None) -> dict[str, Any]:
     """What the pools cost over the run, whoever's requests used them, and what it bought:
     $ per 1M tokens and SLO-meeting requests per $ (the sweep's figure of merit)."""

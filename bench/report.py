@@ -15,7 +15,7 @@ from typing import Any
 
 from bench import plots
 from bench.metrics import Slo
-from bench.results import busy_fractions, fmt
+from bench.results import busy_fractions, fmt, write_json
 from bench.sweep import merge_rounds
 
 
@@ -100,9 +100,8 @@ def sweep_summary(result: dict[str, Any], plot_name: str) -> str:
 
 def write_sweep(result: dict[str, Any], out_dir: Path, name: str) -> tuple[Path, Path]:
     """A sweep's JSON, its markdown (knee, table) and its plot, side by side."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    json_path, md_path = out_dir / f"{name}.json", out_dir / f"{name}.md"
-    json_path.write_text(json.dumps(result, indent=2, default=str) + "\n")
+    json_path = write_json(result, out_dir, name)
+    md_path = out_dir / f"{name}.md"
     curves = plots.sweep_curves(result, _slo_lines(result), out_dir / f"{name}.png")
     configs = configurations(json_path, result)
     md_path.write_text(

@@ -44,10 +44,17 @@ def markdown_table(points: list[dict[str, Any]]) -> str:
     return header + "\n".join(rows) + "\n"
 
 
-def write_results(result: dict[str, Any], out_dir: Path, name: str) -> tuple[Path, Path]:
+def write_json(result: dict[str, Any], out_dir: Path, name: str) -> Path:
+    """`out_dir/name.json`, everything a command measured; its markdown goes beside it."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    json_path, md_path = out_dir / f"{name}.json", out_dir / f"{name}.md"
-    json_path.write_text(json.dumps(result, indent=2, default=str) + "\n")
+    path = out_dir / f"{name}.json"
+    path.write_text(json.dumps(result, indent=2, default=str) + "\n")
+    return path
+
+
+def write_results(result: dict[str, Any], out_dir: Path, name: str) -> tuple[Path, Path]:
+    json_path = write_json(result, out_dir, name)
+    md_path = out_dir / f"{name}.md"
     md_path.write_text(
         f"# {name}\n\nCommand: `{result['command']}`\n\n"
         f"Endpoint {result['config']['url']}, model {result['config']['model']}, dataset "

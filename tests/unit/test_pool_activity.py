@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.pool_activity import capacity_cost, provisioned_usd_per_hour, utilization
+from bench.pool_activity import capacity_cost, utilization
 
 
 def reading(short_replicas, long_replicas=()):
@@ -53,8 +53,3 @@ def test_capacity_cost_per_token_and_per_good_request():
     assert cost["provisioned_usd"] == pytest.approx(0.5)
     assert cost["provisioned_usd_per_1m_tokens"] == pytest.approx(2.5)   # $0.5 / 0.2M tokens
     assert cost["good_requests_per_usd"] == pytest.approx(40.0)          # 20 good requests / $0.5
-
-
-def test_provisioned_price_counts_replicas():
-    assert provisioned_usd_per_hour(reading([replica("a", 0, 1), replica("b", 0, 1)], [replica("c", 0, 1)])) == (
-        pytest.approx(3.6 * 2 + 7.2))
