@@ -96,6 +96,22 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     _add_output_args(overhead, "overhead")
     overhead.set_defaults(func=bench_overhead)
 
+    isolation = sub.add_parser("isolation", help="short-request latency under long documents: split "
+                                                 "pools with priority against one shared pool", allow_abbrev=False)
+    _add_app_args(isolation)
+    isolation.add_argument("--rate", type=float, default=1.0, help="Poisson arrivals per second, all kinds")
+    isolation.add_argument("--num-prompts", type=int, default=120, help="requests of the mixed load")
+    isolation.add_argument("--long-fraction", type=float, default=0.05, help="share of arrivals that are long documents")
+    isolation.add_argument("--long-words", type=int, default=3000, help="words per long document")
+    isolation.add_argument("--short-scenario", default="chat")
+    isolation.add_argument("--long-scenario", default="batch")
+    isolation.add_argument("--overload-rate", type=float, default=6.0,
+                           help="Poisson rate of the overload phase (short chat and batch alternating); 0 skips it")
+    isolation.add_argument("--overload-prompts", type=int, default=60)
+    isolation.add_argument("--seed", type=int, default=0)
+    _add_output_args(isolation, "isolation")
+    isolation.set_defaults(func=bench_isolation)
+
     report = sub.add_parser("report", help="result files -> markdown report with PNG plots")
     report.add_argument("results", nargs="+", type=Path, help="JSON files from bench run or sweep")
     report.add_argument("--out", type=Path, default=RESULTS_DIR / "report", help="report folder")
@@ -280,6 +296,48 @@ def bench_overhead(args: argparse.Namespace) -> int:
     json_path, md_path = write_json(result, args.out, name), args.out / f"{name}.md"
     md_path.write_text(f"# {name}\n\nCommand: `{result['command']}`\n\n{overhead_markdown(result)}")
     print(overhead_markdown(result))
+    print(f"wrote {json_path} and {md_path}")
+    return 0
+
+
+def bench_isolation(args: argparse.Namespace) -> int:
+    from bench.isolation import markdown as isolation_markdown
+    from bench.isolation import measure_isolation, mixed_load, overload
+    from serve_app.launcher import shutdown_local_ray
+
+    try:
+        config = TrilemmaConfig.from_yaml(args.config)
+        for option in ("short_scenario", "long_scenario"):
+            if getattr(args, option) not in config.scenarios:
+                raise ValueError(f"--{option.replace('_', '-')} {getattr(args, option)!r} is not a scenario "
+                                 f"of {args.config}; scenarios: {sorted(config.scenarios)}")
+        if not 0 < args.long_fraction < 1:
+            raise ValueError(f"--long-fraction must be between 0 and 1, got {args.long_fraction}")
+        load = mixed_load(args.num_prompts, rate_rps=args.rate, long_fraction=args.long_fraction,
+                          long_words=args.long_words, short_scenario=args.short_scenario,
+                          long_scenario=args.long_scenario, seed=args.seed)
+        surge = (overload(args.overload_prompts, rate_rps=args.overload_rate,
+                          scenarios=(args.short_scenario, args.long_scenario), seed=args.seed)
+                 if args.overload_rate > 0 else None)
+    except (ConfigError, ValueError, DatasetError) as error:
+        return _fail(error)
+    try:
+        result = measure_isolation(
+            config, load, short_scenario=args.short_scenario, overload_load=surge,
+            progress=not args.no_progress, api_key=args.api_key,
+            metrics_url=f"http://127.0.0.1:{config.local_ray.metrics_export_port}/metrics",
+        )
+    finally:
+        shutdown_local_ray()
+    settings = ("rate", "num_prompts", "long_fraction", "long_words", "short_scenario", "long_scenario",
+                "overload_rate", "overload_prompts", "seed")
+    result = {"kind": "isolation", "command": _command(args),
+              "config": {"app_config": _shown_path(args.config), **{k: getattr(args, k) for k in settings}},
+              **result}
+    name = args.name or time.strftime("isolation-%Y%m%d-%H%M%S")
+    json_path, md_path = write_json(result, args.out, name), args.out / f"{name}.md"
+    md_path.write_text(f"# {name}\n\nCommand: `{result['command']}`\n\n{isolation_markdown(result)}")
+    print(isolation_markdown(result))
     print(f"wrote {json_path} and {md_path}")
     return 0
 

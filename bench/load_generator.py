@@ -74,9 +74,13 @@ async def _read_stream(response: aiohttp.ClientResponse, record: RequestRecord, 
 async def run_load(
     base_url: str, prompts: list[Prompt], shape: LoadShape, *, model: str,
     timeout_s: float = 600.0, seed: int = 0, progress: bool = True, label: str = "requests",
-    api_key: str | None = None,
+    api_key: str | None = None, arrivals: list[float] | None = None,
 ) -> tuple[list[RequestRecord], float]:
-    """Runs every prompt once in the given shape; returns the records and the wall time."""
+    """Runs every prompt once in the given shape; returns the records and the wall time.
+    `arrivals` (send times, s from start, one per prompt) replays a schedule made elsewhere
+    instead of drawing one from the shape's rate."""
+    if arrivals is not None and len(arrivals) != len(prompts):
+        raise ValueError(f"{len(arrivals)} arrival times for {len(prompts)} prompts")
     connector = aiohttp.TCPConnector(limit=0)  # no client-side cap on requests in flight
     timeout = aiohttp.ClientTimeout(total=timeout_s)
     # A base URL may carry a path (an app behind a route prefix): relative request paths
@@ -92,8 +96,9 @@ async def run_load(
             bar.update(1)
             return record
 
-        if shape.rate_rps is not None:
+        if arrivals is None and shape.rate_rps is not None:
             arrivals = poisson_arrival_times(shape.rate_rps, len(prompts), seed)
+        if arrivals is not None:
 
             async def at(send_time: float, prompt: Prompt) -> RequestRecord:
                 await asyncio.sleep(max(0.0, send_time - (time.perf_counter() - run_started)))

@@ -50,12 +50,13 @@ class Accounting:
             retry_after = int((next_reset(now) - now).total_seconds()) + 1
             raise ApiError(429, reason, code="budget_exceeded", headers={"Retry-After": str(retry_after)})
 
-    def record(self, *, pool: str, scenario: str, tenant: str, status: int,
+    def record(self, *, pool: str, scenario: str, tenant: str, priority: int | None, status: int,
                usage: dict[str, Any] | None, **timings: float) -> None:
         """Books a finished request on the metrics and on its tenant's spend. It never fails an
         answer that was served: a failure here is logged."""
         try:
-            self.metrics.record(pool=pool, scenario=scenario, tenant=tenant, status=status, usage=usage, **timings)
+            self.metrics.record(pool=pool, scenario=scenario, tenant=tenant, priority=priority, status=status,
+                                usage=usage, **timings)
             cost = (usage or {}).get("cost_usd")
             # Only budgets read the ledger: tenants without one cost it no call per request.
             if cost and self._tenants.daily_budget_usd(tenant) is not None:

@@ -64,7 +64,10 @@ class FakeEngine(LLMEngine):
     async def _generate(self, request, prompt: str, chat: bool) -> AsyncGenerator[Any, None]:
         if FAIL_MARKER in prompt:
             raise RuntimeError("fake engine crashed on request")
-        words = [f"served-by={self._stamp}"] + [f"w{i}" for i in range(request.max_tokens - 1)]
+        stamp = f"served-by={self._stamp}"
+        if getattr(request, "priority", 0):
+            stamp += f",priority={request.priority}"  # what an engine with priority scheduling sees
+        words = [stamp] + [f"w{i}" for i in range(request.max_tokens - 1)]
         usage = UsageInfo(
             prompt_tokens=len(prompt.split()),
             completion_tokens=len(words),

@@ -19,11 +19,13 @@ from ray.serve.deployment import Application
 from ray.serve.llm import LLMConfig, LLMServer, build_llm_deployment
 
 from cluster.price_catalog import ReplicaRate
+from deployments.admission import AdmissionPolicy, request_priority
+from deployments.admission_queue import AdmissionQueue
 from deployments.engine_activity import EngineActivity
 from deployments.request_metering import metered, prompt_tokens_hint
 from deployments.serving_metrics import PoolMetrics
 from deployments.work_share import WorkShare
-from serve_app.config import ModelSpec, PoolConfig
+from serve_app.config import REPLICA_ROUTERS, AdmissionConfig, ModelSpec, PoolConfig
 
 # Ray's LLM logger: its lines reach the replica logs that Serve collects.
 logger = get_logger(__name__)
@@ -34,18 +36,26 @@ ACTIVITY_EXPORT_INTERVAL_S = 2.0
 
 class PoolServer(LLMServer):
     """Ray's LLMServer, which reports ready only after one streamed chat and one completion,
-    clocks how busy its engine is, and prices every request's share of that busy time.
+    admits requests to its engine through a bounded priority queue, clocks how busy its
+    engine is, and prices every request's share of that busy time.
 
     The first requests of a fresh engine pay for kernel selection and compilation (27 s to a
     first token was seen on CPU); paying it here keeps it away from users.
     """
 
     async def __init__(
-        self, llm_config: LLMConfig, *, pool_name: str, replica_rate: dict, **kwargs: Any
+        self, llm_config: LLMConfig, *, pool_name: str, replica_rate: dict, admission: dict,
+        max_in_engine: int, **kwargs: Any
     ) -> None:
         # Set before the base constructor, which starts the replica.
         self._pool_name = pool_name
         self._rate = ReplicaRate(**replica_rate)
+        self._metrics = PoolMetrics(pool_name)
+        self._admission = AdmissionQueue(
+            pool_name,
+            AdmissionPolicy.from_config(AdmissionConfig(**admission), max_in_engine),
+            on_shed=self._metrics.shed,
+        )
         await super().__init__(llm_config, **kwargs)
 
     async def start(self) -> None:
@@ -57,17 +67,30 @@ class PoolServer(LLMServer):
         self._metrics_task = asyncio.create_task(self._export_activity())
 
     async def _export_activity(self) -> None:
-        """Turns the busy clock into busy and idle dollars on the metrics, interval by interval."""
-        metrics = PoolMetrics(self._pool_name)
+        """Turns the busy clock into busy and idle dollars on the metrics, interval by interval,
+        with the admission queue's depth beside them."""
         last = self._activity.snapshot()
         while True:
             await asyncio.sleep(ACTIVITY_EXPORT_INTERVAL_S)
             now = self._activity.snapshot()
-            metrics.record(busy_s=now.busy_s - last.busy_s, wall_s=now.wall_s - last.wall_s,
-                           usd_per_s=self._rate.usd_per_s)
+            self._metrics.queue(in_engine=self._admission.in_engine, waiting=self._admission.waiting)
+            self._metrics.record(busy_s=now.busy_s - last.busy_s, wall_s=now.wall_s - last.wall_s,
+                                 usd_per_s=self._rate.usd_per_s)
             last = now
 
     async def _run_request(self, request: Any, **kwargs: Any) -> AsyncGenerator[Any, None]:
+        headers = getattr(kwargs.get("raw_request_info"), "headers", None)
+        return self._admitted(request_priority(headers, request), request, kwargs)
+
+    async def _admitted(self, priority: int, request: Any, kwargs: dict[str, Any]) -> AsyncGenerator[Any, None]:
+        """The request's stream once the admission queue gives it an engine slot, which it
+        holds until the stream ends; a shed request raises PoolOverloaded before any chunk."""
+        async with self._admission.slot(priority):
+            stream = await self._engine_stream(request, kwargs)
+            async for item in stream:
+                yield item
+
+    async def _engine_stream(self, request: Any, kwargs: dict[str, Any]) -> AsyncGenerator[Any, None]:
         raw_request_info = kwargs.get("raw_request_info")
         pending = _PendingMeter(functools.partial(
             metered, activity=self._activity, work=self._work, rate=self._rate,
@@ -153,7 +176,7 @@ def llm_config_for_pool(pool_name: str, pool: PoolConfig, model: ModelSpec, mode
         runtime_env={"env_vars": dict(pool.env)} if pool.env else None,
         deployment_config={
             "num_replicas": pool.replicas,
-            "max_ongoing_requests": pool.max_ongoing_requests,
+            "max_ongoing_requests": pool.ongoing_limit,
             # The engine's bundle holds the pool's CPUs; the replica actor itself only waits.
             "ray_actor_options": {"num_cpus": 0},
         },
@@ -162,15 +185,25 @@ def llm_config_for_pool(pool_name: str, pool: PoolConfig, model: ModelSpec, mode
 
 
 def build_pool_deployment(
-    pool_name: str, llm_config: LLMConfig, rate: ReplicaRate, engine_cls: type | None = None
+    pool_name: str, pool: PoolConfig, llm_config: LLMConfig, rate: ReplicaRate,
+    engine_cls: type | None = None,
 ) -> Application:
     """`engine_cls` swaps the vLLM engine for another LLMEngine (tests use a fake one)."""
-    bind_kwargs: dict[str, Any] = {"pool_name": pool_name, "replica_rate": rate.model_dump()}
+    bind_kwargs: dict[str, Any] = {
+        "pool_name": pool_name, "replica_rate": rate.model_dump(),
+        "admission": pool.admission.model_dump(), "max_in_engine": pool.max_in_engine,
+    }
     if engine_cls is not None:
         bind_kwargs["engine_cls"] = engine_cls
     return build_llm_deployment(
         llm_config,
         bind_kwargs=bind_kwargs,
-        override_serve_options={"name": deployment_name(pool_name)},
+        override_serve_options={
+            "name": deployment_name(pool_name),
+            "request_router_config": {
+                "request_router_class": REPLICA_ROUTERS[pool.replica_router],
+                "request_router_kwargs": dict(pool.replica_router_kwargs),
+            },
+        },
         deployment_cls=PoolServer,
     )

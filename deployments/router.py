@@ -32,6 +32,8 @@ from vllm.entrypoints.generate.base.protocol import StreamOptions
 
 from cluster.price_catalog import ReplicaRate
 from deployments.accounting import Accounting
+from deployments.admission import PRIORITY_HEADER
+from deployments.admission_queue import PoolOverloaded
 from deployments.prompt_hygiene import normalize_request
 from deployments.request_metering import PROMPT_TOKENS_HEADER, final_usage, map_events
 from deployments.routing import RouteDecision, RouteRequest, RoutingPolicy
@@ -179,17 +181,23 @@ class TrilemmaRouter(OpenAiIngress):
             headers.update({"x-trilemma-pool": decision.pool, "x-trilemma-route-reason": decision.reason})
             if self._config.pools[decision.pool].uses_priority_scheduling:
                 body.priority = scenario.priority
+            headers[PRIORITY_HEADER] = str(scenario.priority)
             record = functools.partial(
-                self._accounting.record, pool=decision.pool, scenario=scenario_name, tenant=tenant
+                self._accounting.record, pool=decision.pool, scenario=scenario_name, tenant=tenant,
+                priority=scenario.priority,
             )
-            response = await self._forward(decision.pool, call_method, body, request, prompt_tokens, record)
+            response = await self._forward(
+                decision.pool, call_method, body, request, prompt_tokens, scenario.priority, record
+            )
         except ApiError as error:
             # Errors say as much of the route as was decided, like answers do.
             error.headers.update(headers)
             # Label values come from the config, never from the request: bounded series.
-            known = scenario_name if scenario_name in self._config.scenarios else "unknown"
-            self._accounting.record(pool=headers.get("x-trilemma-pool", "none"), scenario=known,
-                                    tenant=tenant, status=error.status, usage=None)
+            known = self._config.scenarios.get(scenario_name)
+            self._accounting.record(
+                pool=headers.get("x-trilemma-pool", "none"), scenario=scenario_name if known else "unknown",
+                tenant=tenant, priority=known.priority if known else None, status=error.status, usage=None,
+            )
             raise
         response.headers.update(headers)
         if applied.adjustments:
@@ -278,7 +286,7 @@ class TrilemmaRouter(OpenAiIngress):
 
     async def _forward(
         self, pool: str, call_method: str, body: Any, request: Request, prompt_tokens: int,
-        record: Callable[..., None],
+        priority: int, record: Callable[..., None],
     ) -> Response:
         if isinstance(body, ChatCompletionRequest):
             body = _sanitize_chat_completion_request(body)
@@ -292,6 +300,7 @@ class TrilemmaRouter(OpenAiIngress):
                 body.stream_options.include_usage = True
         raw_request = RawRequestInfo.from_starlette_request(request)
         raw_request.headers[PROMPT_TOKENS_HEADER] = str(prompt_tokens)
+        raw_request.headers[PRIORITY_HEADER] = str(priority)  # the pool's queue orders by it
         handle = getattr(self._pools[pool], call_method)
         started = time.perf_counter()
         async with router_request_timeout(self._config.router.request_timeout_s):
@@ -302,6 +311,12 @@ class TrilemmaRouter(OpenAiIngress):
             except StopAsyncIteration:
                 raise ApiError(502, "llm request failed: the engine returned nothing") from None
             except Exception as error:  # the engine or its replica failed: not the client's fault
+                overloaded = _overload_of(error)
+                if overloaded is not None:
+                    raise ApiError(
+                        429, overloaded.message, code="pool_overloaded",
+                        headers={"Retry-After": str(overloaded.retry_after_s)},
+                    ) from None
                 logger.warning("pool %s failed a request: %r", pool, error)
                 raise ApiError(502, f"llm request failed: {_reason(error)}", code="llm_request_failed") from None
         ttft_ms = (time.perf_counter() - started) * 1000
@@ -352,6 +367,15 @@ async def _stream_with_errors(
         logger.warning("pool %s failed mid-stream: %r", pool, error)
         body = error_body(502, f"llm request failed: {_reason(error)}", code="llm_request_failed")
         yield f"data: {json.dumps(body)}\n\ndata: [DONE]\n\n"
+
+
+def _overload_of(error: BaseException) -> PoolOverloaded | None:
+    """The pool's refusal inside a (possibly Ray-wrapped) exception. Ray's wrapper is an
+    instance of the original class too, but with Ray's traceback as its text: prefer its cause."""
+    for candidate in (getattr(error, "cause", None), error.__cause__, error):
+        if isinstance(candidate, PoolOverloaded):
+            return candidate
+    return None
 
 
 def _reason(error: BaseException) -> str:

@@ -4,15 +4,16 @@ Ray's metrics agent on each node serves them (`local_ray.metrics_export_port`) w
 `ray_` prefix; the shipped Prometheus config (`cluster/prometheus.yml`) strips that prefix,
 so queries use the names below. Counters end in `_total`, as Prometheus expects.
 
-Two recorders: the router's, per request (tokens, dollars, latencies by pool, scenario and
-tenant), and each pool replica's, per interval (busy and idle dollars from its busy clock).
+Two recorders: the router's, per request (tokens, dollars, latencies by pool, scenario,
+priority and tenant), and each pool replica's: per interval, busy and idle dollars from its
+busy clock and its queue's depth; per event, requests its admission queue shed.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ray.util.metrics import Counter, Histogram
+from ray.util.metrics import Counter, Gauge, Histogram
 
 # Spans a one-token reply on a small model to a long document on a large one.
 COST_BOUNDARIES_USD = [1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0]
@@ -34,7 +35,8 @@ class RequestMetrics:
             tag_keys=by_request,
         )
         self.requests = Counter(
-            "trilemma_requests_total", "Requests answered, by HTTP status.", tag_keys=(*by_request, "status"),
+            "trilemma_requests_total", "Requests answered, by HTTP status (429: shed or over budget).",
+            tag_keys=(*by_request, "priority", "status"),
         )
         self.cost_histogram = Histogram(
             "trilemma_request_cost_usd", "Dollars per request.", boundaries=COST_BOUNDARIES_USD,
@@ -42,7 +44,7 @@ class RequestMetrics:
         )
         self.ttft = Histogram(
             "trilemma_ttft_seconds", "Time to first token of streamed requests, at the router.",
-            boundaries=TTFT_BOUNDARIES_S, tag_keys=("pool", "scenario"),
+            boundaries=TTFT_BOUNDARIES_S, tag_keys=("pool", "scenario", "priority"),
         )
         self.tokens_saved = Counter(
             "trilemma_prompt_tokens_saved_total", "Prompt tokens removed by whitespace normalization.",
@@ -50,7 +52,7 @@ class RequestMetrics:
         )
         self.tpot = Histogram(
             "trilemma_tpot_seconds", "Time per output token after the first, of streamed requests.",
-            boundaries=TPOT_BOUNDARIES_S, tag_keys=("pool", "scenario"),
+            boundaries=TPOT_BOUNDARIES_S, tag_keys=("pool", "scenario", "priority"),
         )
 
     def prompt_tokens_saved(self, scenario: str, tokens: int) -> None:
@@ -59,10 +61,11 @@ class RequestMetrics:
 
     def record(
         self, *, pool: str, scenario: str, tenant: str, status: int, usage: dict[str, Any] | None,
-        ttft_s: float | None = None, decode_s: float | None = None,
+        priority: int | None = None, ttft_s: float | None = None, decode_s: float | None = None,
     ) -> None:
         tags = {"pool": pool, "scenario": scenario, "tenant": tenant}
-        self.requests.inc(1, {**tags, "status": str(status)})
+        klass = "none" if priority is None else str(priority)
+        self.requests.inc(1, {**tags, "priority": klass, "status": str(status)})
         if not usage:
             return
         prompt, completion = usage.get("prompt_tokens") or 0, usage.get("completion_tokens") or 0
@@ -76,10 +79,11 @@ class RequestMetrics:
             if cost > 0:
                 self.cost.inc(cost, tags)
             self.cost_histogram.observe(cost, by_pool)
+        by_class = {**by_pool, "priority": klass}
         if ttft_s is not None:
-            self.ttft.observe(ttft_s, by_pool)
+            self.ttft.observe(ttft_s, by_class)
         if decode_s is not None and completion > 1:
-            self.tpot.observe(decode_s / (completion - 1), by_pool)
+            self.tpot.observe(decode_s / (completion - 1), by_class)
 
 
 class PoolMetrics:
@@ -101,6 +105,26 @@ class PoolMetrics:
         self.idle_usd = Counter(
             "trilemma_pool_idle_usd_total", "Dollars of replica time with an idle engine.", tag_keys=("pool",),
         )
+
+        self.shed_requests = Counter(
+            "trilemma_requests_shed_total",
+            "Requests a replica's admission queue refused: `shed` on arrival, `evicted` while "
+            "waiting, for a more urgent one.",
+            tag_keys=("pool", "priority", "action"),
+        )
+        self.in_engine = Gauge(
+            "trilemma_requests_in_engine", "Requests a replica's engine holds.", tag_keys=("pool",),
+        )
+        self.waiting = Gauge(
+            "trilemma_requests_waiting", "Requests waiting in a replica's admission queue.", tag_keys=("pool",),
+        )
+
+    def shed(self, priority: int, action: str) -> None:
+        self.shed_requests.inc(1, {**self._tags, "priority": str(priority), "action": action})
+
+    def queue(self, *, in_engine: int, waiting: int) -> None:
+        self.in_engine.set(in_engine, self._tags)
+        self.waiting.set(waiting, self._tags)
 
     def record(self, *, busy_s: float, wall_s: float, usd_per_s: float) -> None:
         """One interval's increments (the caller diffs its clock readings)."""

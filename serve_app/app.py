@@ -6,6 +6,7 @@ from typing import Any
 
 from ray import serve
 from ray.llm._internal.serve.core.configs.openai_api_models import to_model_metadata
+from ray.serve.config import BackpressureConfig
 from ray.serve.deployment import Application
 
 from cluster.pricing import pool_rates, resolve_catalog
@@ -29,7 +30,7 @@ def build_app(
         for name, pool in config.pools.items()
     }
     pools = {
-        name: build_pool_deployment(name, llm_config, rates[name], engine_cls)
+        name: build_pool_deployment(name, config.pools[name], llm_config, rates[name], engine_cls)
         for name, llm_config in llm_configs.items()
     }
     model_card = to_model_metadata(config.model.name, next(iter(llm_configs.values())))
@@ -38,6 +39,9 @@ def build_app(
         name="router",
         num_replicas=config.router.replicas,
         max_ongoing_requests=config.router.max_ongoing_requests,
+        # The proxy's own guard, before any router sees a request: a flood gets 429, not a hang.
+        max_queued_requests=config.router.max_queued_requests,
+        backpressure_config=BackpressureConfig(status_code=429, retry_after_s=config.router.retry_after_s),
         ray_actor_options={"num_cpus": config.router.num_cpus},
     )
     return router.bind(

@@ -54,6 +54,44 @@ class ModelSpec(StrictModel):
     )
 
 
+# Real-time, quality, cost, batch: each class below may fill less of a replica's queue.
+DEFAULT_QUEUE_SHARE = {0: 1.0, 1: 0.75, 2: 0.5, 3: 0.25}
+# Arrivals a replica with a full queue can decide at once; more wait at the caller.
+ARRIVAL_HEADROOM = 16
+REPLICA_ROUTERS = {
+    "least_loaded": "deployments.replica_router:LeastLoadedRouter",
+    "prefix_cache_affinity": "ray.serve.llm.request_router:PrefixCacheAffinityRouter",
+}
+
+
+class AdmissionConfig(StrictModel):
+    policy: str = Field(
+        "priority",
+        description="`priority`: lower classes are shed first and a full queue sheds a less "
+        "urgent waiting request before a more urgent arrival; `fifo`: one line, its end shed.",
+    )
+    max_in_engine: PositiveInt | None = Field(
+        None,
+        description="Requests one replica hands its engine at once (running or in the engine's "
+        "own waiting list); the rest wait in the replica's priority queue. Null: 2 x max_num_seqs.",
+    )
+    max_queued: int = Field(
+        32, ge=0, description="Requests one replica holds in its queue before it sheds (429).",
+    )
+    queue_share: dict[int, float] = Field(
+        default_factory=lambda: dict(DEFAULT_QUEUE_SHARE),
+        description="By scenario priority: the fraction of max_queued that priority may fill "
+        "before its requests are shed. Every scenario's priority must be listed.",
+    )
+
+    @model_validator(mode="after")
+    def _shares_are_fractions(self) -> AdmissionConfig:
+        bad = {priority: share for priority, share in self.queue_share.items() if not 0 <= share <= 1}
+        if bad:
+            raise ValueError(f"queue_share values must be within [0, 1]; got {bad}")
+        return self
+
+
 class PoolConfig(StrictModel):
     role: Literal["short", "long"] = Field(
         description="Which requests the pool is for: `short` context (low latency) or `long`."
@@ -61,8 +99,11 @@ class PoolConfig(StrictModel):
     max_model_len: PositiveInt = Field(description="Longest prompt + completion, in tokens.")
     max_num_seqs: PositiveInt = Field(description="Most sequences one engine batches at once.")
     replicas: PositiveInt = Field(1, description="Engine replicas in the pool.")
-    max_ongoing_requests: PositiveInt = Field(
-        64, description="Requests one replica accepts at once before Serve queues them."
+    max_ongoing_requests: PositiveInt | None = Field(
+        None,
+        description="Requests one replica accepts at once (in its engine, its queue, and arrivals "
+        "being decided) before Serve queues them at the caller. "
+        "Null: admission.max_in_engine + 2 x admission.max_queued (at least 16 for arrivals).",
     )
     accelerator: str = Field(
         "cpu",
@@ -84,6 +125,19 @@ class PoolConfig(StrictModel):
         description="Hardware price of one replica per hour, overriding the price catalog "
         "(`accelerator` x units x the `purchase` price); energy and premium still apply.",
     )
+    admission: AdmissionConfig = Field(
+        default_factory=AdmissionConfig, description="Each replica's bounded priority queue."
+    )
+    replica_router: Literal["least_loaded", "prefix_cache_affinity"] = Field(
+        "least_loaded",
+        description="How Ray Serve picks a replica within the pool: `least_loaded` (fewest "
+        "requests), or `prefix_cache_affinity` (Ray's PrefixCacheAffinityRouter: the replica "
+        "whose cache likely holds the prompt's prefix while loads are balanced).",
+    )
+    replica_router_kwargs: dict[str, Any] = Field(
+        default_factory=dict, description="Arguments of the replica router "
+        "(e.g. `imbalanced_threshold` for prefix_cache_affinity).",
+    )
     engine_kwargs: dict[str, Any] = Field(
         default_factory=dict, description="Further vLLM engine arguments, passed through as given."
     )
@@ -97,6 +151,32 @@ class PoolConfig(StrictModel):
         if shadowed:
             raise ValueError(f"engine_kwargs must not set {shadowed}: use the pool's own fields")
         return self
+
+    @model_validator(mode="after")
+    def _replica_takes_its_queue(self) -> PoolConfig:
+        # Beyond max_ongoing_requests Ray queues at the caller, first come first served, where
+        # priorities cannot reorder anything; an arrival at a full queue must reach the replica
+        # to take a less urgent request's place.
+        needed = self.max_in_engine + self.admission.max_queued + 1
+        if self.max_ongoing_requests is not None and self.max_ongoing_requests < needed:
+            raise ValueError(
+                f"max_ongoing_requests ({self.max_ongoing_requests}) must be at least "
+                f"admission.max_in_engine + admission.max_queued + 1 ({needed})"
+            )
+        return self
+
+    @property
+    def max_in_engine(self) -> int:
+        return self.admission.max_in_engine or 2 * self.max_num_seqs
+
+    @property
+    def ongoing_limit(self) -> int:
+        """Requests Ray lets into one replica: its engine's, its queue, and room for arrivals
+        at a full queue to be decided there (shed at once, or placed for a less urgent one)."""
+        if self.max_ongoing_requests is not None:
+            return self.max_ongoing_requests
+        queued = self.admission.max_queued
+        return self.max_in_engine + queued + max(ARRIVAL_HEADROOM, queued)
 
     @property
     def is_cpu(self) -> bool:
@@ -176,6 +256,12 @@ class RouterConfig(StrictModel):
         0.0, description="CPUs Ray reserves per router replica; it waits on I/O, so 0 by default."
     )
     request_timeout_s: PositiveInt = Field(600, description="Longest a request may take in all.")
+    max_queued_requests: PositiveInt = Field(
+        2000, description="Requests waiting for a router replica before the proxy answers 429.",
+    )
+    retry_after_s: PositiveInt = Field(
+        1, description="Retry-After of the proxy's 429 when the routers' queue is full.",
+    )
 
 
 class LocalRayConfig(StrictModel):
@@ -247,6 +333,13 @@ class TrilemmaConfig(StrictModel):
                 raise ValueError(
                     f"scenarios.{scenario_name}.pools names unknown pools {unknown}; "
                     f"configured: {sorted(self.pools)}"
+                )
+        for pool_name, pool in self.pools.items():
+            unlisted = sorted({s.priority for s in self.scenarios.values()} - set(pool.admission.queue_share))
+            if unlisted:
+                raise ValueError(
+                    f"pools.{pool_name}.admission.queue_share lists no share for scenario "
+                    f"priorities {unlisted}; listed: {sorted(pool.admission.queue_share)}"
                 )
         if self.routing.default_scenario not in self.scenarios:
             raise ValueError(

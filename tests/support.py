@@ -23,6 +23,6 @@ def config_for_tests() -> TrilemmaConfig:
     """The shipped default config on a test port, plus a scenario that no pool may serve."""
     raw = TrilemmaConfig.from_yaml(DEFAULT_CONFIG_PATH).model_dump()
     raw["http"]["port"] = TEST_PORT
-    raw["scenarios"]["closed"] = {"priority": 9, "pools": [], "description": "no pool"}
+    raw["scenarios"]["closed"] = {"priority": 3, "pools": [], "description": "no pool"}
     raw["costs"]["live_prices"] = "off"  # tests price from the shipped catalog, whatever the machine
     return TrilemmaConfig.from_dict(raw)

@@ -146,3 +146,17 @@ def test_a_tenant_over_its_daily_budget_is_429_until_reset(base_url, tenant_keys
             assert "resets at" in message and 0 < int(error.response.headers["retry-after"]) <= 86401
             return
         assert time.monotonic() < deadline, "the over-budget tenant was still served"
+
+
+def test_prometheus_sees_ttft_and_tpot_by_priority(base_url, api_key, prometheus):
+    """Streamed requests of two classes land in the latency histograms under their priority."""
+    chat_q = 'sum(trilemma_ttft_seconds_count{scenario="chat",priority="0"})'
+    batch_q = 'sum(trilemma_tpot_seconds_count{scenario="batch",priority="3"})'
+    before = settled(prometheus, (chat_q, batch_q))
+    for scenario in ("chat", "batch"):
+        streamed = openai.OpenAI(base_url=f"{base_url}/api/{scenario}", api_key=api_key, max_retries=0,
+                                 timeout=120).chat.completions.create(
+            model=MODEL, messages=QUESTION, max_tokens=8, stream=True, extra_body={"ignore_eos": True})
+        assert "".join(chunk.choices[0].delta.content or "" for chunk in streamed if chunk.choices)
+    assert wait_for(prometheus, chat_q, before[chat_q] + 1) == before[chat_q] + 1
+    assert wait_for(prometheus, batch_q, before[batch_q] + 1) == before[batch_q] + 1

@@ -1,4 +1,4 @@
-"""Benchmarks that deploy the app themselves (sweep, overhead), on fake engines.
+"""Benchmarks that deploy the app themselves (sweep, overhead, isolation), on fake engines.
 
 They deploy a second app beside the package's shared one, under its own name and route
 prefix, so the shared app keeps serving the other tests.
@@ -11,13 +11,14 @@ import json
 import pytest
 
 from bench.arrivals import LoadShape
+from bench.isolation import measure_isolation, mixed_load, overload
 from bench.metrics import Slo
 from bench.overhead import measure_overhead
 from bench.runner import Workload, run_point, warm_up
 from bench.sweep import Knob, run_sweep
 from deployments.fake_engine import FakeEngine
 from serve_app.launcher import deployed
-from tests.support import config_for_tests
+from tests.support import METRICS_TEST_PORT, config_for_tests
 
 pytestmark = pytest.mark.integration
 
@@ -85,3 +86,35 @@ def test_overhead_runs_both_paths_to_the_same_pool(lifecycle_config, embedded_mo
     assert result["misrouted"] == 0
     assert result["throughput_ratio"] > 0 and result["added_ttft_p50_allowed_ms"] >= 5.0
     assert set(result) >= {"added_ttft_p50_ms", "added_ttft_p99_ms", "throughput_ratio_round_median"}
+
+
+def test_isolation_runs_every_phase_and_the_overload_sheds_batch_only(lifecycle_config, embedded_model_dir):
+    raw = lifecycle_config.model_dump(mode="json")
+    raw["pools"]["short"].update(resources={"CPU": 0.1}, env={"TRILEMMA_FAKE_TTFT_S": "0.2"},
+                                 admission={"max_in_engine": 1, "max_queued": 16})
+    raw["pools"]["long"].update(resources={"CPU": 0.1})
+    config = type(lifecycle_config).from_dict(raw)
+    load = mixed_load(12, rate_rps=10.0, long_fraction=0.3, long_words=1500,
+                      short_scenario="chat", long_scenario="batch", seed=1)
+    surge = overload(24, rate_rps=40.0, scenarios=("chat", "batch"))
+    result = measure_isolation(config, load, short_scenario="chat", overload_load=surge, progress=False,
+                               engine_cls=FakeEngine, model_source=str(embedded_model_dir), route_prefix=PREFIX,
+                               metrics_url=f"http://127.0.0.1:{METRICS_TEST_PORT}/metrics")
+    phases = result["phases"]
+    assert set(phases) == {"split_short_only", "split_mixed", "shared_mixed", "split_overload"}
+    assert phases["split_mixed"]["scenarios"]["chat"]["pools"] == ["short"]
+    assert phases["split_mixed"]["scenarios"]["batch"]["pools"] == ["long"]
+    assert phases["shared_mixed"]["scenarios"]["batch"]["pools"] == ["shared"]
+    assert phases["split_short_only"]["scenarios"].keys() == {"chat"}
+    for name in ("split_short_only", "split_mixed", "shared_mixed"):
+        assert phases[name]["all"]["errors"] == {}, name
+    # One engine slot and a queue of 16 (4 for batch) against 24 requests in 0.6 s: batch is
+    # shed, real-time waits its turn.
+    shed = phases["split_overload"]["shed"]
+    assert shed.get("batch", 0) > 0 and shed.get("chat", 0) == 0, shed
+    assert result["targets"]["no_real_time_shed_while_batch_shed"]
+    assert result["ratios"]["long_prompt_token_share"] > 0.3
+    # The router's histograms saw the phase's streamed chat requests under their priority.
+    server = phases["split_short_only"]["server"]["chat/0"]
+    assert server["ttft_count"] == phases["split_short_only"]["scenarios"]["chat"]["ok"]
+    assert server["ttft_p50_ms"] >= 200  # the fake engine's 0.2 s before its first token

@@ -40,3 +40,31 @@ def test_build_app_binds_router_and_pools(name):
 def test_app_builder_rejects_unknown_arguments():
     with pytest.raises(ValueError, match="unknown arguments \\['port'\\]"):
         app_builder({"port": "9000"})
+
+
+@pytest.mark.parametrize(
+    ("replica_router", "router_class"),
+    [
+        ("least_loaded", "deployments.replica_router:LeastLoadedRouter"),
+        ("prefix_cache_affinity", "ray.serve.llm.request_router:PrefixCacheAffinityRouter"),
+    ],
+)
+def test_pools_use_the_configured_replica_router_and_the_admission_limits(replica_router, router_class):
+    raw = TrilemmaConfig.from_yaml(CONFIG_DIR / "local-cpu.yaml").model_dump()
+    raw["pools"]["short"].update(replica_router=replica_router, replica_router_kwargs={"imbalanced_threshold": 4})
+    config = TrilemmaConfig.from_dict(raw)
+    pools = build_app(config, model_source="/models/any")._bound_deployment.init_kwargs["pools"]
+    short = pools["short"]._bound_deployment
+    router_config = short._deployment_config.request_router_config
+    assert router_config.request_router_class == router_class
+    assert router_config.request_router_kwargs == {"imbalanced_threshold": 4}
+    # The replica accepts its engine's share and its whole queue, so Ray never queues ahead of it.
+    assert short._deployment_config.max_ongoing_requests == 8 * 2 + 32 + 32
+    assert short.init_kwargs["max_in_engine"] == 16 and short.init_kwargs["admission"]["max_queued"] == 32
+
+
+def test_the_proxy_sheds_a_flood_with_429_before_the_routers():
+    config = TrilemmaConfig.from_yaml(CONFIG_DIR / "local-cpu.yaml")
+    router = build_app(config, model_source="/models/any")._bound_deployment
+    assert router._deployment_config.max_queued_requests == config.router.max_queued_requests
+    assert router._deployment_config.backpressure_config.status_code == 429

@@ -52,6 +52,14 @@ def _error_for(mutate) -> str:
         (lambda r: r.update(pools={}), "at least one pool"),
         (lambda r: r["pools"].update({"Bad_Name": r["pools"]["short"]}), "pool name 'Bad_Name'"),
         (lambda r: r["http"].update(port=70000), "http.port"),
+        (lambda r: r["pools"]["short"]["admission"].update(queue_share={0: 1.0, 1: 1.5, 2: 1, 3: 1}),
+         "queue_share values must be within [0, 1]; got {1: 1.5}"),
+        (lambda r: r["scenarios"]["batch"].update(priority=7),
+         "pools.short.admission.queue_share lists no share for scenario priorities [7]"),
+        (lambda r: r["pools"]["short"].update(max_ongoing_requests=20),
+         "max_ongoing_requests (20) must be at least admission.max_in_engine + admission.max_queued + 1 (49)"),
+        (lambda r: r["pools"]["short"].update(replica_router="random"), "pools.short.replica_router"),
+        (lambda r: r["pools"]["short"]["admission"].update(max_queue=3), "admission.max_queue: Extra inputs"),
     ],
 )
 def test_bad_config_names_the_key(mutate, expected):

@@ -1,0 +1,89 @@
+"""The router's own TTFT and TPOT histograms over a benchmark phase, by scenario and priority.
+
+The client measures what a user sees; the router measures from the request's arrival to the
+engine's first token. Reading both shows where time went. Prometheus histograms are
+cumulative, so a phase's distribution is the difference of two scrapes, and its quantiles
+are interpolated within buckets as PromQL's `histogram_quantile` does.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import httpx
+
+from cluster.exposition import Labels, samples
+
+# Ray's metrics agent takes up to its report interval (10 s) to expose a recorded value.
+EXPORT_DELAY_S = 12.0
+HISTOGRAMS = {"ttft": "ray_trilemma_ttft_seconds", "tpot": "ray_trilemma_tpot_seconds"}
+
+
+def scrape(url: str | None) -> str | None:
+    if url is None:
+        return None
+    try:
+        response = httpx.get(url, timeout=10)
+        response.raise_for_status()
+        return response.text
+    except httpx.HTTPError:
+        return None
+
+
+def settled_scrape(url: str | None) -> str | None:
+    """A scrape taken once everything recorded so far has reached the exporter."""
+    if url is None:
+        return None
+    time.sleep(EXPORT_DELAY_S)
+    return scrape(url)
+
+
+def _buckets(text: str, metric: str, keys: tuple[str, ...]) -> dict[tuple[str, ...], dict[float, float]]:
+    grouped: dict[tuple[str, ...], dict[float, float]] = {}
+    series: dict[Labels, float] = samples(text, f"{metric}_bucket")
+    for labels, count in series.items():
+        as_dict = dict(labels)
+        group = tuple(as_dict.get(key, "") for key in keys)
+        bound = math.inf if as_dict["le"] == "+Inf" else float(as_dict["le"])
+        per_bound = grouped.setdefault(group, {})
+        per_bound[bound] = per_bound.get(bound, 0.0) + count
+    return grouped
+
+
+def quantile(buckets: dict[float, float], q: float) -> float:
+    """The q-quantile (0..1) of cumulative bucket counts, linear within a bucket."""
+    bounds = sorted(buckets)
+    total = buckets[bounds[-1]] if bounds else 0.0
+    if total <= 0:
+        return math.nan
+    rank, lower, below = q * total, 0.0, 0.0
+    for bound in bounds:
+        count = buckets[bound]
+        if count >= rank:
+            if math.isinf(bound):  # above the last finite bound: report that bound, as PromQL does
+                return lower
+            return lower + (bound - lower) * (rank - below) / max(count - below, 1e-12)
+        lower, below = bound, count
+    return lower
+
+
+def phase_latency(before: str | None, after: str | None, keys: tuple[str, ...] = ("scenario", "priority")
+                  ) -> dict[str, dict[str, float]] | None:
+    """{"chat/0": {"ttft_count": n, "ttft_p50_ms": ..., "ttft_p99_ms": ..., "tpot_...": ...}}; None
+    when the metrics could not be read."""
+    if before is None or after is None:
+        return None
+    figures: dict[str, dict[str, float]] = {}
+    for short, metric in HISTOGRAMS.items():
+        earlier = _buckets(before, metric, keys)
+        for group, later in _buckets(after, metric, keys).items():
+            delta = {bound: count - earlier.get(group, {}).get(bound, 0.0) for bound, count in later.items()}
+            total = delta.get(math.inf, 0.0)
+            if total <= 0:
+                continue
+            entry = figures.setdefault("/".join(group), {})
+            entry[f"{short}_count"] = total
+            entry[f"{short}_p50_ms"] = quantile(delta, 0.5) * 1000
+            entry[f"{short}_p99_ms"] = quantile(delta, 0.99) * 1000
+    return figures
