@@ -9,7 +9,7 @@ EXTRAS ?= cpu,test
 # Root installs system packages directly; anyone else through sudo.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup model serve test test-fast prometheus clean
+.PHONY: setup model serve test test-fast prometheus gpu-bench clean
 
 setup: $(INSTALLED)
 
@@ -38,6 +38,10 @@ test: setup prometheus
 
 test-fast: setup
 	$(PY) -m pytest -v -m "not e2e"
+
+# On a GPU host with vLLM and Ray importable (see README, "GPU benchmarks"); no venv of ours.
+gpu-bench:
+	bench/gpu_bench.sh all
 
 clean:
 	rm -rf $(VENV) .pytest_cache

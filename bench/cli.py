@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import yaml
+
 from bench.arrivals import LoadShape
 from bench.datasets import DATASETS, DatasetError, load_dataset
 from bench.metrics import Slo
@@ -49,7 +51,24 @@ def _add_api_key_arg(parser: argparse.ArgumentParser) -> None:
 def _add_app_args(parser: argparse.ArgumentParser) -> None:
     """For commands that deploy the app themselves: its config, and the key its requests carry."""
     parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG_PATH, help="the app's config")
+    parser.add_argument("--set", action="append", default=[], metavar="DOTTED.PATH=VALUE",
+                        help="override one config key (the value is read as YAML); repeatable, e.g. "
+                             "--set model.source=/models/smol --set pools.short.max_num_seqs=64")
     _add_api_key_arg(parser)
+
+
+def _app_config(args: argparse.Namespace) -> TrilemmaConfig:
+    """`--config` with every `--set` applied, validated like the file itself."""
+    config = TrilemmaConfig.from_yaml(args.config)
+    for override in args.set:
+        path, separator, value = override.partition("=")
+        if not separator or not path:
+            raise ConfigError(f"--set {override!r}: expected DOTTED.PATH=VALUE")
+        try:
+            config = Knob(path.strip()).apply(config, yaml.safe_load(value))
+        except SweepError as error:
+            raise ConfigError(f"--set {override!r}: {error}") from None
+    return config
 
 
 def _add_output_args(parser: argparse.ArgumentParser, default_name: str) -> None:
@@ -108,6 +127,10 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     isolation.add_argument("--overload-rate", type=float, default=6.0,
                            help="Poisson rate of the overload phase (short chat and batch alternating); 0 skips it")
     isolation.add_argument("--overload-prompts", type=int, default=60)
+    isolation.add_argument("--warmup-s", type=float, default=30.0,
+                           help="seconds of the mixed schedule each deployment serves uncounted first")
+    isolation.add_argument("--ignore-eos", action="store_true",
+                           help="generate exactly max_tokens per request (for random weights)")
     isolation.add_argument("--seed", type=int, default=0)
     _add_output_args(isolation, "isolation")
     isolation.set_defaults(func=bench_isolation)
@@ -229,7 +252,7 @@ def bench_sweep(args: argparse.Namespace) -> int:
     from serve_app.launcher import deployed, shutdown_local_ray
 
     try:
-        config = TrilemmaConfig.from_yaml(args.config)
+        config = _app_config(args)
         knob, values = Knob(args.knob), parse_values(args.values)
         slos = dict(parse_slo(spec) for spec in args.slo)
         loads = _loads(args)
@@ -275,7 +298,7 @@ def bench_overhead(args: argparse.Namespace) -> int:
     from serve_app.launcher import shutdown_local_ray
 
     try:
-        config = TrilemmaConfig.from_yaml(args.config)
+        config = _app_config(args)
         if args.pool not in config.pools:
             raise ValueError(f"--pool {args.pool!r} is not in {args.config}; pools: {sorted(config.pools)}")
     except (ConfigError, ValueError) as error:
@@ -302,11 +325,11 @@ def bench_overhead(args: argparse.Namespace) -> int:
 
 def bench_isolation(args: argparse.Namespace) -> int:
     from bench.isolation import markdown as isolation_markdown
-    from bench.isolation import measure_isolation, mixed_load, overload
+    from bench.isolation import measure_isolation, mixed_load, overload, warmup_load
     from serve_app.launcher import shutdown_local_ray
 
     try:
-        config = TrilemmaConfig.from_yaml(args.config)
+        config = _app_config(args)
         for option in ("short_scenario", "long_scenario"):
             if getattr(args, option) not in config.scenarios:
                 raise ValueError(f"--{option.replace('_', '-')} {getattr(args, option)!r} is not a scenario "
@@ -315,9 +338,10 @@ def bench_isolation(args: argparse.Namespace) -> int:
             raise ValueError(f"--long-fraction must be between 0 and 1, got {args.long_fraction}")
         load = mixed_load(args.num_prompts, rate_rps=args.rate, long_fraction=args.long_fraction,
                           long_words=args.long_words, short_scenario=args.short_scenario,
-                          long_scenario=args.long_scenario, seed=args.seed)
+                          long_scenario=args.long_scenario, seed=args.seed, ignore_eos=args.ignore_eos)
         surge = (overload(args.overload_prompts, rate_rps=args.overload_rate,
-                          scenarios=(args.short_scenario, args.long_scenario), seed=args.seed)
+                          scenarios=(args.short_scenario, args.long_scenario), seed=args.seed,
+                          ignore_eos=args.ignore_eos)
                  if args.overload_rate > 0 else None)
     except (ConfigError, ValueError, DatasetError) as error:
         return _fail(error)
@@ -326,11 +350,12 @@ def bench_isolation(args: argparse.Namespace) -> int:
             config, load, short_scenario=args.short_scenario, overload_load=surge,
             progress=not args.no_progress, api_key=args.api_key,
             metrics_url=f"http://127.0.0.1:{config.local_ray.metrics_export_port}/metrics",
+            warmup=warmup_load(load, args.warmup_s),
         )
     finally:
         shutdown_local_ray()
     settings = ("rate", "num_prompts", "long_fraction", "long_words", "short_scenario", "long_scenario",
-                "overload_rate", "overload_prompts", "seed")
+                "overload_rate", "overload_prompts", "warmup_s", "ignore_eos", "seed", "set")
     result = {"kind": "isolation", "command": _command(args),
               "config": {"app_config": _shown_path(args.config), **{k: getattr(args, k) for k in settings}},
               **result}

@@ -37,13 +37,12 @@ THROUGHPUT_RATIO_MIN = 0.9
 
 
 def shared_pool_config(config: TrilemmaConfig) -> TrilemmaConfig:
-    """The baseline: every pool merged into one that holds all their CPUs, KV cache and
-    batch slots, with first-come-first-served engines and admission."""
+    """The baseline: every pool merged into one that holds all their CPUs or GPU shares, KV
+    cache and batch slots, with first-come-first-served engines and admission."""
     raw = config.model_dump()
     pools = list(raw["pools"].values())
-    if any(pool["accelerator"].lower() != "cpu" for pool in pools):
-        raise ValueError("the shared-pool baseline is built for CPU pools only; give GPU pools a "
-                         "config of their own")
+    if len({pool["accelerator"] for pool in pools}) > 1:
+        raise ValueError("the shared-pool baseline needs pools of one accelerator type")
     env = dict(pools[0]["env"])
     kv_space = [pool["env"].get("VLLM_CPU_KVCACHE_SPACE") for pool in pools]
     if all(kv_space):
@@ -51,12 +50,17 @@ def shared_pool_config(config: TrilemmaConfig) -> TrilemmaConfig:
     binds = [pool["env"].get("VLLM_CPU_OMP_THREADS_BIND") for pool in pools]
     if all(binds):
         env["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(binds)
+    env.pop("VLLM_RAY_PER_WORKER_GPUS", None)  # follows the merged gpu_fraction
     resources: dict[str, float] = {}
     for pool in pools:
         for name, amount in pool["resources"].items():
             resources[name] = resources.get(name, 0.0) + amount
     engine_kwargs = {key: value for pool in pools for key, value in pool["engine_kwargs"].items()}
     engine_kwargs.pop("scheduling_policy", None)  # vLLM's default: first come, first served
+    memory = [pool["engine_kwargs"].get("gpu_memory_utilization") for pool in pools]
+    if all(memory):
+        engine_kwargs["gpu_memory_utilization"] = round(sum(memory), 4)
+    fractions = [pool["gpu_fraction"] for pool in pools]
     shared = {
         **pools[0],
         "role": "long",
@@ -65,6 +69,7 @@ def shared_pool_config(config: TrilemmaConfig) -> TrilemmaConfig:
         "replicas": 1,
         "max_ongoing_requests": None,
         "resources": resources,
+        "gpu_fraction": min(1.0, sum(fractions)) if all(fractions) else None,
         "env": env,
         "engine_kwargs": engine_kwargs,
         "admission": {**pools[0]["admission"], "policy": "fifo", "max_in_engine": None,
@@ -92,6 +97,7 @@ class MixedLoad:
 def mixed_load(
     count: int, *, rate_rps: float, long_fraction: float, long_words: int, short_scenario: str,
     long_scenario: str, short_max_tokens: int = 64, long_max_tokens: int = 128, seed: int = 0,
+    ignore_eos: bool = False,
 ) -> MixedLoad:
     """A Poisson stream at `rate_rps` in which each arrival is a long document with
     probability `long_fraction` (so each kind is itself a Poisson stream)."""
@@ -101,17 +107,31 @@ def mixed_load(
                                seed=seed))
     longs = iter(docs_dataset(kinds.count("long"), long_fraction=1.0, long_words=long_words,
                               long_max_tokens=long_max_tokens, seed=seed + 1))
+    extra = {"ignore_eos": True} if ignore_eos else {}
     prompts = [
-        replace(next(longs), scenario=long_scenario) if kind == "long" else replace(next(shorts), scenario=short_scenario)
+        replace(next(longs), scenario=long_scenario, extra=extra) if kind == "long"
+        else replace(next(shorts), scenario=short_scenario, extra=extra)
         for kind in kinds
     ]
     return MixedLoad(prompts, poisson_arrival_times(rate_rps, count, seed))
 
 
-def overload(count: int, *, rate_rps: float, scenarios: tuple[str, str], seed: int = 0) -> MixedLoad:
+def warmup_load(load: MixedLoad, seconds: float) -> MixedLoad:
+    """The schedule's first `seconds`, with one long document first so that every kind of
+    request is among them."""
+    kept = [(p, t) for p, t in zip(load.prompts, load.arrivals) if t <= seconds]
+    long_first = next((p for p in load.prompts if p.kind == "long"), None)
+    prompts = ([long_first] if long_first else []) + [p for p, _ in kept]
+    arrivals = ([0.0] if long_first else []) + [t for _, t in kept]
+    return MixedLoad(prompts, arrivals)
+
+
+def overload(count: int, *, rate_rps: float, scenarios: tuple[str, str], seed: int = 0,
+             ignore_eos: bool = False) -> MixedLoad:
     """Short prompts only, alternating between two scenarios, far above what one pool serves."""
     prompts = docs_dataset(count, long_fraction=0.0, seed=seed + 2)
-    tagged = [replace(p, scenario=scenarios[i % 2]) for i, p in enumerate(prompts)]
+    extra = {"ignore_eos": True} if ignore_eos else {}
+    tagged = [replace(p, scenario=scenarios[i % 2], extra=extra) for i, p in enumerate(prompts)]
     return MixedLoad(tagged, poisson_arrival_times(rate_rps, count, seed + 2))
 
 
@@ -142,22 +162,28 @@ def _run(url: str, load: MixedLoad, *, model: str, label: str, progress: bool,
                                 progress=progress, api_key=api_key, arrivals=load.arrivals))
 
 
-def _warm(url: str, load: MixedLoad, *, model: str, api_key: str | None) -> None:
-    """A few requests of each kind first: the router's and the engines' first calls are slow."""
+def _warm(url: str, load: MixedLoad, warmup: MixedLoad | None, *, model: str, api_key: str | None) -> None:
+    """A few requests of each kind at once, then `warmup` as scheduled, none of them counted:
+    a fresh engine meets each new batch shape once, slowly, and that belongs to no phase."""
     kinds = {p.scenario: p for p in load.prompts}
     prompts = [p for p in kinds.values() for _ in range(2)]
     asyncio.run(run_load(url, prompts, LoadShape(concurrency=len(prompts)), model=model,
                          progress=False, api_key=api_key))
+    if warmup is not None and warmup.prompts:
+        asyncio.run(run_load(url, warmup.prompts, LoadShape(concurrency=1), model=model, progress=False,
+                             api_key=api_key, arrivals=warmup.arrivals))
 
 
 def measure_isolation(
     config: TrilemmaConfig, load: MixedLoad, *, short_scenario: str, overload_load: MixedLoad | None,
     progress: bool = True, api_key: str | None = None, engine_cls: type | None = None,
     model_source: str | None = None, route_prefix: str = "/", metrics_url: str | None = None,
+    warmup: MixedLoad | None = None,
 ) -> dict[str, Any]:
     """Deploys the split app, then the shared one, and runs every phase; returns all figures.
     With `metrics_url` (Ray's metrics endpoint) each phase also gets the router's own TTFT
-    and TPOT histograms by scenario and priority."""
+    and TPOT histograms by scenario and priority. `warmup` is served, uncounted, by each
+    deployment before its first phase."""
     source = model_source or resolve_model_source(config.model.source)
     model = config.model.name
     phases: dict[str, dict[str, Any]] = {}
@@ -176,7 +202,7 @@ def measure_isolation(
     arms = (("split", config), ("shared", shared_pool_config(config)))
     for arm, arm_config in arms:
         with deployed(arm_config, engine_cls=engine_cls, model_source=source, route_prefix=route_prefix) as url:
-            _warm(url, load, model=model, api_key=api_key)
+            _warm(url, load, warmup, model=model, api_key=api_key)
             scraped[0] = settled_scrape(metrics_url)  # the warm-up's requests are not the phase's
             if arm == "split":
                 run_phase("split_short_only", url, load.only(short_scenario))

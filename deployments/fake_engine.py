@@ -34,7 +34,10 @@ from vllm.entrypoints.openai.completion.protocol import (
     CompletionResponseChoice,
     CompletionResponseStreamChoice,
 )
-from vllm.entrypoints.serve.engine.protocol import UsageInfo
+try:  # vLLM >= 0.29
+    from vllm.entrypoints.serve.engine.protocol import UsageInfo
+except ImportError:  # vLLM 0.26
+    from vllm.entrypoints.openai.engine.protocol import UsageInfo
 
 FAIL_MARKER = "FAIL_ENGINE"
 FAIL_MIDSTREAM_MARKER = "FAIL_MIDSTREAM"

@@ -16,7 +16,8 @@ from ray.llm._internal.serve.core.configs.openai_api_models import (
 )
 from ray.llm._internal.serve.observability.logging import get_logger
 from ray.serve.deployment import Application
-from ray.serve.llm import LLMConfig, LLMServer, build_llm_deployment
+from ray.serve.llm import LLMConfig, build_llm_deployment
+from ray.serve.llm.deployment import LLMServer  # Ray 2.58 warns on the `ray.serve.llm` alias
 
 from cluster.price_catalog import ReplicaRate
 from deployments.admission import AdmissionPolicy, request_priority
@@ -163,17 +164,26 @@ def llm_config_for_pool(pool_name: str, pool: PoolConfig, model: ModelSpec, mode
     if pool.quantization:
         engine_kwargs["quantization"] = pool.quantization
     placement: dict[str, Any]
+    env = dict(pool.env)
     if pool.is_cpu:
         placement = {
             "accelerator_config": {"kind": "cpu"},
             "placement_group_config": {"bundles": [dict(pool.resources)]},
         }
+    elif pool.gpu_fraction is not None:
+        # Pools sharing a GPU: Ray schedules the fraction, and vLLM's Ray executor must ask for
+        # the same fraction for its worker or it waits for a whole GPU that is not free.
+        placement = {
+            "accelerator_type": pool.accelerator,
+            "placement_group_config": {"bundles": [{"GPU": pool.gpu_fraction}]},
+        }
+        env.setdefault("VLLM_RAY_PER_WORKER_GPUS", str(pool.gpu_fraction))
     else:
         placement = {"accelerator_type": pool.accelerator}
     return LLMConfig(
         model_loading_config={"model_id": model.name, "model_source": model_source},
         engine_kwargs=engine_kwargs,
-        runtime_env={"env_vars": dict(pool.env)} if pool.env else None,
+        runtime_env={"env_vars": env} if env else None,
         deployment_config={
             "num_replicas": pool.replicas,
             "max_ongoing_requests": pool.ongoing_limit,

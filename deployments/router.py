@@ -28,7 +28,10 @@ from ray.llm._internal.serve.core.protocol import RawRequestInfo
 from ray.llm._internal.serve.observability.logging import get_logger
 from ray.serve.handle import DeploymentHandle
 from starlette.responses import JSONResponse, Response, StreamingResponse
-from vllm.entrypoints.generate.base.protocol import StreamOptions
+try:  # vLLM >= 0.29
+    from vllm.entrypoints.generate.base.protocol import StreamOptions
+except ImportError:  # vLLM 0.26, the version Ray 2.58's LLM extra pins (GPU hosts)
+    from vllm.entrypoints.openai.engine.protocol import StreamOptions
 
 from cluster.price_catalog import ReplicaRate
 from deployments.accounting import Accounting

@@ -112,7 +112,12 @@ class PoolConfig(StrictModel):
     resources: dict[str, float] = Field(
         default_factory=lambda: {"CPU": 1.0},
         description="Ray resources one CPU engine reserves (its placement-group bundle). "
-        "GPU pools derive theirs from `accelerator` and the engine's parallelism.",
+        "GPU pools derive theirs from `accelerator`, `gpu_fraction` and the engine's parallelism.",
+    )
+    gpu_fraction: float | None = Field(
+        None, gt=0, le=1,
+        description="Share of one GPU a replica takes, for pools that share a GPU (set "
+        "engine_kwargs.gpu_memory_utilization to match); null: whole GPUs, tensor x pipeline parallel.",
     )
     quantization: str | None = Field(
         None, description="vLLM quantization method (e.g. `fp8`, `awq`); null for full precision."
@@ -153,6 +158,15 @@ class PoolConfig(StrictModel):
         return self
 
     @model_validator(mode="after")
+    def _gpu_fraction_fits(self) -> PoolConfig:
+        if self.gpu_fraction is not None:
+            if self.is_cpu:
+                raise ValueError("gpu_fraction is for GPU pools; this pool's accelerator is cpu")
+            if self.units_of_parallelism > 1:
+                raise ValueError("gpu_fraction needs a single-GPU engine (tensor and pipeline parallel 1)")
+        return self
+
+    @model_validator(mode="after")
     def _replica_takes_its_queue(self) -> PoolConfig:
         # Beyond max_ongoing_requests Ray queues at the caller, first come first served, where
         # priorities cannot reorder anything; an arrival at a full queue must reach the replica
@@ -188,8 +202,12 @@ class PoolConfig(StrictModel):
         parallel); what the catalog's per-unit prices multiply."""
         if self.is_cpu:
             return self.resources.get("CPU", 1.0)
-        return float(self.engine_kwargs.get("tensor_parallel_size", 1)
-                     * self.engine_kwargs.get("pipeline_parallel_size", 1))
+        return self.gpu_fraction or float(self.units_of_parallelism)
+
+    @property
+    def units_of_parallelism(self) -> int:
+        return (int(self.engine_kwargs.get("tensor_parallel_size", 1))
+                * int(self.engine_kwargs.get("pipeline_parallel_size", 1)))
 
     @property
     def uses_priority_scheduling(self) -> bool:

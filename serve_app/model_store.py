@@ -31,11 +31,13 @@ def default_cache_dir() -> Path:
 def resolve_model_source(model: str, cache_dir: Path | None = None) -> str:
     """Turns a config's model reference into what vLLM loads: a folder or a Hugging Face id.
 
-    The embedded reference is prepared on first use; anything else passes through unchanged,
-    so users can name any Hugging Face id or local path.
+    The embedded reference is prepared on first use; a local folder becomes absolute (the
+    engines do not run in this process's directory); anything else, a Hugging Face id, passes
+    through unchanged.
     """
     if model != EMBEDDED_MODEL_REF:
-        return model
+        folder = Path(model).expanduser()
+        return str(folder.resolve()) if folder.is_dir() else model
     return str(prepare_embedded_model(cache_dir or default_cache_dir()))
 
 

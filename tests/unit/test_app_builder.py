@@ -68,3 +68,18 @@ def test_the_proxy_sheds_a_flood_with_429_before_the_routers():
     router = build_app(config, model_source="/models/any")._bound_deployment
     assert router._deployment_config.max_queued_requests == config.router.max_queued_requests
     assert router._deployment_config.backpressure_config.status_code == 429
+
+
+def test_pools_sharing_a_gpu_ask_ray_and_vllm_for_their_share():
+    config = TrilemmaConfig.from_yaml(CONFIG_DIR / "gpu-h200.yaml")
+    llm = llm_config_for_pool("short", config.pools["short"], config.model, "/models/any")
+    assert llm.accelerator_type == "H200"
+    assert llm.placement_group_config == {"bundles": [{"GPU": 0.45}]}
+    assert llm.runtime_env["env_vars"]["VLLM_RAY_PER_WORKER_GPUS"] == "0.45"
+    assert llm.engine_kwargs["load_format"] == "dummy"
+    # Each pool's engine gets its own port range: two starting at once collide otherwise.
+    ports = {llm_config_for_pool(name, pool, config.model, "/m").runtime_env["env_vars"]["VLLM_PORT"]
+             for name, pool in config.pools.items()}
+    assert len(ports) == len(config.pools)
+    # Its price is its share of the card.
+    assert config.pools["short"].units == 0.45

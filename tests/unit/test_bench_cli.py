@@ -10,6 +10,7 @@ from bench.cli import parse_slo
 from bench.datasets import jsonl_dataset
 from bench.metrics import Slo
 from serve_app.cli import main
+from serve_app.config import DEFAULT_CONFIG_PATH
 
 
 def test_parse_slo():
@@ -47,3 +48,18 @@ def test_the_stored_command_masks_the_api_key():
     assert _command(Namespace(argv=["bench", "run", "--api-key", "tk-secret", "--rate", "1"])) == (
         "trilemma bench run --api-key '***' --rate 1")
     assert "tk-secret" not in _command(Namespace(argv=["bench", "run", "--api-key=tk-secret"]))
+
+
+def test_set_overrides_a_config_key_and_names_a_bad_one(tmp_path):
+    from bench.cli import _app_config
+    from serve_app.config import ConfigError
+
+    def args(*overrides):
+        return argparse.Namespace(config=DEFAULT_CONFIG_PATH, set=list(overrides))
+
+    config = _app_config(args("pools.short.max_num_seqs=4", "model.source=/models/smol"))
+    assert config.pools["short"].max_num_seqs == 4 and config.model.source == "/models/smol"
+    with pytest.raises(ConfigError, match="--set 'pools.tiny.replicas=2': .*no 'pools.tiny'"):
+        _app_config(args("pools.tiny.replicas=2"))
+    with pytest.raises(ConfigError, match="expected DOTTED.PATH=VALUE"):
+        _app_config(args("pools.short.replicas"))

@@ -65,3 +65,22 @@ def test_targets(alone, split, shared, split_tps, overload_shed, failed):
     assert result["ratios"]["long_prompt_token_share"] == pytest.approx(0.7)
     text = markdown({**result, "phases": phases})
     assert f"{split / alone:.2f}" in text and f"{shared / split:.2f}" in text and "70%" in text
+
+
+def test_the_shared_baseline_on_a_gpu_holds_both_shares_of_the_card():
+    split = TrilemmaConfig.from_yaml(DEFAULT_CONFIG_PATH.parent / "gpu-h200.yaml")
+    pool = shared_pool_config(split).pools["shared"]
+    assert pool.gpu_fraction == pytest.approx(0.9)
+    assert pool.engine_kwargs["gpu_memory_utilization"] == pytest.approx(0.84)
+    assert pool.max_num_seqs == 160 and pool.max_model_len == 8192
+    assert "VLLM_RAY_PER_WORKER_GPUS" not in pool.env  # derived from gpu_fraction when deployed
+
+
+def test_the_warm_up_is_the_schedules_start_with_a_long_document_first():
+    from bench.isolation import warmup_load
+
+    load = mixed_load(100, rate_rps=2.0, long_fraction=0.1, long_words=300,
+                      short_scenario="chat", long_scenario="batch", seed=3)
+    warm = warmup_load(load, 10.0)
+    assert warm.prompts[0].kind == "long" and warm.arrivals[0] == 0.0
+    assert max(warm.arrivals) <= 10.0 and len(warm.prompts) == 1 + sum(t <= 10.0 for t in load.arrivals)

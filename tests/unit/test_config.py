@@ -12,7 +12,7 @@ def _raw() -> dict:
     return TrilemmaConfig.from_yaml(CONFIG_DIR / "local-cpu.yaml").model_dump()
 
 
-@pytest.mark.parametrize("name", ["local-cpu.yaml", "gpu.yaml"])
+@pytest.mark.parametrize("name", ["local-cpu.yaml", "gpu.yaml", "gpu-h200.yaml"])
 def test_shipped_configs_load(name):
     config = TrilemmaConfig.from_yaml(CONFIG_DIR / name)
     assert {pool.role for pool in config.pools.values()} == {"short", "long"}
@@ -60,6 +60,11 @@ def _error_for(mutate) -> str:
          "max_ongoing_requests (20) must be at least admission.max_in_engine + admission.max_queued + 1 (49)"),
         (lambda r: r["pools"]["short"].update(replica_router="random"), "pools.short.replica_router"),
         (lambda r: r["pools"]["short"]["admission"].update(max_queue=3), "admission.max_queue: Extra inputs"),
+        (lambda r: r["pools"]["short"].update(gpu_fraction=0.5), "gpu_fraction is for GPU pools"),
+        (lambda r: r["pools"]["short"].update(accelerator="H200", gpu_fraction=1.5), "pools.short.gpu_fraction"),
+        (lambda r: r["pools"]["short"].update(accelerator="H200", gpu_fraction=0.5,
+                                              engine_kwargs={"tensor_parallel_size": 2}),
+         "gpu_fraction needs a single-GPU engine"),
     ],
 )
 def test_bad_config_names_the_key(mutate, expected):
@@ -99,3 +104,12 @@ def test_cli_names_a_bad_config_and_exits_2(tmp_path, capsys):
     path.write_text("pools: {short: {role: short, max_model_len: 64, max_num_seq: 4}}\nscenarios: {}\n")
     assert main(["check-config", str(path)]) == 2
     assert "pools.short.max_num_seq: Extra inputs are not permitted" in capsys.readouterr().err
+
+
+def test_a_relative_model_folder_becomes_absolute_and_an_id_passes_through(tmp_path, monkeypatch):
+    from serve_app.model_store import resolve_model_source
+
+    (tmp_path / "models" / "smol").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    assert resolve_model_source("models/smol") == str(tmp_path / "models" / "smol")
+    assert resolve_model_source("HuggingFaceTB/SmolLM2-135M-Instruct") == "HuggingFaceTB/SmolLM2-135M-Instruct"

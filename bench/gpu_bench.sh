@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The GPU proof on one H200: the engine alone, then the app (router overhead and isolation).
+#   usage: bench/gpu_bench.sh [engine|app-overhead|app-isolation|all] [OUT_DIR]
+# Needs vLLM and Ray importable (on the H200 host: PYTHONPATH of the installed wheelhouse) and
+# the architecture folders under $MODELS (default .wh/gpu/models). Weights are random
+# (load_format dummy): speed does not depend on their values.
+set -euo pipefail
+step=${1:-all}
+out=${2:-bench/results/gpu-h200}
+models=${MODELS:-.wh/gpu/models}
+config=serve_app/configs/gpu-h200.yaml
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1
+
+engine() {
+  # The short pool's engine settings and GPU share, alone: what the router is compared with.
+  python3 -m bench.engine_alone --model "$models/llama-8b-shape" --load-format dummy --bandwidth \
+    --max-model-len 4096 --max-num-seqs 128 --gpu-memory-utilization 0.42 \
+    --num-prompts 256 --output-tokens 128 --out "$out" --name engine-alone-8b
+  python3 -m bench.engine_alone --model "$models/smollm2-135m-shape" --load-format dummy \
+    --max-model-len 4096 --max-num-seqs 256 --gpu-memory-utilization 0.42 \
+    --num-prompts 256 --output-tokens 128 --out "$out" --name engine-alone-135m
+}
+
+app_overhead() {
+  # All 256 prompts at once, as the engine-alone saturated run sends them, in ABBA rounds.
+  python3 -m serve_app.cli bench overhead --config "$config" --set "model.source=$models/llama-8b-shape" \
+    --num-prompts 256 --rounds 4 --concurrency 256 --max-tokens 128 --warmup 16 \
+    --out "$out" --name overhead-8b --no-progress
+}
+
+app_isolation() {
+  python3 -m serve_app.cli bench isolation --config "$config" --set "model.source=$models/llama-8b-shape" \
+    --rate 16 --num-prompts 720 --long-fraction 0.1 --long-words 4500 --ignore-eos \
+    --overload-rate 300 --overload-prompts 900 --out "$out" --name isolation-8b --no-progress
+}
+
+case "$step" in
+  engine) engine ;;
+  app-overhead) app_overhead ;;
+  app-isolation) app_isolation ;;
+  all) engine; app_overhead; app_isolation ;;
+  *) echo "unknown step $step: engine, app-overhead, app-isolation or all" >&2; exit 2 ;;
+esac
