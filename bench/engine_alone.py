@@ -39,7 +39,9 @@ def llama_weight_bytes(config: dict[str, Any], bytes_per_param: int = 2) -> int:
 
 
 def copy_bandwidth_bytes_per_s(gib: float = 4.0, repeats: int = 10) -> float:
-    """Bytes read and written per second by a device-to-device copy, the best of `repeats`."""
+    """Bytes moved (read plus written) per second by a device-to-device copy, the best of
+    `repeats`: what the memory delivers, in either direction, and so what a pure read of
+    the weights can reach."""
     import torch
 
     source = torch.empty(int(gib * 2**30), dtype=torch.uint8, device="cuda")
@@ -67,9 +69,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     config = json.loads((Path(args.model) / "config.json").read_text())
     result: dict[str, Any] = {"kind": "engine_alone", "model": Path(args.model).name}
     if args.bandwidth:
-        bandwidth = copy_bandwidth_bytes_per_s() / 2  # each byte is read once and written once
+        bandwidth = copy_bandwidth_bytes_per_s()
         weights = llama_weight_bytes(config)
-        result["floor"] = {"weight_bytes": weights, "read_bandwidth_bytes_per_s": bandwidth,
+        result["floor"] = {"weight_bytes": weights, "memory_bandwidth_bytes_per_s": bandwidth,
                            "tpot_floor_ms": weights / bandwidth * 1000}
     engine_kwargs = json.loads(args.engine_kwargs) if args.engine_kwargs else {}
     llm = LLM(model=args.model, load_format=args.load_format, max_model_len=args.max_model_len,
