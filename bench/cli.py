@@ -9,6 +9,7 @@ import shlex
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 import yaml
 
@@ -127,6 +128,10 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     isolation.add_argument("--overload-rate", type=float, default=6.0,
                            help="Poisson rate of the overload phase (short chat and batch alternating); 0 skips it")
     isolation.add_argument("--overload-prompts", type=int, default=60)
+    isolation.add_argument("--arm", choices=("both", "split", "shared"), default="both",
+                           help="deploy only one side (for hosts that limit how long a command runs)")
+    isolation.add_argument("--with", dest="with_result", type=Path, metavar="JSON",
+                           help="an earlier run's result whose phases complete this one")
     isolation.add_argument("--warmup-s", type=float, default=30.0,
                            help="seconds of the mixed schedule each deployment serves uncounted first")
     isolation.add_argument("--ignore-eos", action="store_true",
@@ -311,16 +316,8 @@ def bench_overhead(args: argparse.Namespace) -> int:
         )
     finally:
         shutdown_local_ray()
-    result = {"kind": "overhead", "command": _command(args),
-              "config": {"app_config": _shown_path(args.config), **{k: getattr(args, k) for k in (
-                  "pool", "num_prompts", "rounds", "concurrency", "max_tokens", "warmup", "seed")}},
-              **result}
-    name = args.name or time.strftime("overhead-%Y%m%d-%H%M%S")
-    json_path, md_path = write_json(result, args.out, name), args.out / f"{name}.md"
-    md_path.write_text(f"# {name}\n\nCommand: `{result['command']}`\n\n{overhead_markdown(result)}")
-    print(overhead_markdown(result))
-    print(f"wrote {json_path} and {md_path}")
-    return 0
+    settings = ("pool", "num_prompts", "rounds", "concurrency", "max_tokens", "warmup", "seed", "set")
+    return _write_app_result("overhead", args, settings, result, overhead_markdown)
 
 
 def bench_isolation(args: argparse.Namespace) -> int:
@@ -339,11 +336,12 @@ def bench_isolation(args: argparse.Namespace) -> int:
         load = mixed_load(args.num_prompts, rate_rps=args.rate, long_fraction=args.long_fraction,
                           long_words=args.long_words, short_scenario=args.short_scenario,
                           long_scenario=args.long_scenario, seed=args.seed, ignore_eos=args.ignore_eos)
+        earlier = json.loads(args.with_result.read_text()) if args.with_result else None
         surge = (overload(args.overload_prompts, rate_rps=args.overload_rate,
                           scenarios=(args.short_scenario, args.long_scenario), seed=args.seed,
                           ignore_eos=args.ignore_eos)
                  if args.overload_rate > 0 else None)
-    except (ConfigError, ValueError, DatasetError) as error:
+    except (ConfigError, ValueError, DatasetError, OSError) as error:
         return _fail(error)
     try:
         result = measure_isolation(
@@ -351,18 +349,25 @@ def bench_isolation(args: argparse.Namespace) -> int:
             progress=not args.no_progress, api_key=args.api_key,
             metrics_url=f"http://127.0.0.1:{config.local_ray.metrics_export_port}/metrics",
             warmup=warmup_load(load, args.warmup_s),
+            arms=("split", "shared") if args.arm == "both" else (args.arm,), earlier=earlier,
         )
     finally:
         shutdown_local_ray()
     settings = ("rate", "num_prompts", "long_fraction", "long_words", "short_scenario", "long_scenario",
-                "overload_rate", "overload_prompts", "warmup_s", "ignore_eos", "seed", "set")
-    result = {"kind": "isolation", "command": _command(args),
+                "overload_rate", "overload_prompts", "warmup_s", "ignore_eos", "seed", "set", "arm")
+    return _write_app_result("isolation", args, settings, result, isolation_markdown)
+
+
+def _write_app_result(kind: str, args: argparse.Namespace, settings: tuple[str, ...], result: dict,
+                      markdown: Callable[[dict], str]) -> int:
+    """JSON and markdown of a command that deployed the app, each with its command and settings."""
+    result = {"kind": kind, "command": _command(args),
               "config": {"app_config": _shown_path(args.config), **{k: getattr(args, k) for k in settings}},
               **result}
-    name = args.name or time.strftime("isolation-%Y%m%d-%H%M%S")
+    name = args.name or time.strftime(f"{kind}-%Y%m%d-%H%M%S")
     json_path, md_path = write_json(result, args.out, name), args.out / f"{name}.md"
-    md_path.write_text(f"# {name}\n\nCommand: `{result['command']}`\n\n{isolation_markdown(result)}")
-    print(isolation_markdown(result))
+    md_path.write_text(f"# {name}\n\nCommand: `{result['command']}`\n\n{markdown(result)}")
+    print(markdown(result))
     print(f"wrote {json_path} and {md_path}")
     return 0
 

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The GPU proof on one H200: the engine alone, then the app (router overhead and isolation).
-#   usage: bench/gpu_bench.sh [engine|app-overhead|app-isolation|all] [OUT_DIR]
+#   usage: bench/gpu_bench.sh [engine|app-overhead|app-isolation|all|STEP] [OUT_DIR]
+# Steps that fit in 10 minutes each: engine, app-overhead, app-overhead-moderate,
+# app-isolation-split, app-isolation-shared (which completes the split arm's result).
 # Needs vLLM and Ray importable (on the H200 host: PYTHONPATH of the installed wheelhouse) and
 # the architecture folders under $MODELS (default .wh/gpu/models). Weights are random
 # (load_format dummy): speed does not depend on their values.
@@ -29,16 +31,34 @@ app_overhead() {
     --out "$out" --name overhead-8b --no-progress
 }
 
-app_isolation() {
-  python3 -m serve_app.cli bench isolation --config "$config" --set "model.source=$models/llama-8b-shape" \
-    --rate 16 --num-prompts 720 --long-fraction 0.1 --long-words 4500 --ignore-eos \
-    --overload-rate 300 --overload-prompts 900 --out "$out" --name isolation-8b --no-progress
+app_overhead_moderate() {
+  # 16 in flight: TTFT is the engine's, not queueing, so the router's own share shows.
+  python3 -m serve_app.cli bench overhead --config "$config" --set "model.source=$models/llama-8b-shape" \
+    --num-prompts 64 --rounds 6 --concurrency 16 --max-tokens 128 --warmup 16 \
+    --out "$out" --name overhead-8b-c16 --no-progress
+}
+
+isolation_args=(--config "$config" --set "model.source=$models/llama-8b-shape" --rate 16 --num-prompts 720
+  --long-fraction 0.1 --long-words 4500 --ignore-eos --overload-rate 300 --overload-prompts 900
+  --out "$out" --no-progress)
+
+app_isolation() { python3 -m serve_app.cli bench isolation "${isolation_args[@]}" --name isolation-8b; }
+app_isolation_split() {
+  python3 -m serve_app.cli bench isolation "${isolation_args[@]}" --arm split --name isolation-8b-split
+}
+app_isolation_shared() {
+  python3 -m serve_app.cli bench isolation "${isolation_args[@]}" --arm shared \
+    --with "$out/isolation-8b-split.json" --name isolation-8b
 }
 
 case "$step" in
   engine) engine ;;
   app-overhead) app_overhead ;;
+  app-overhead-moderate) app_overhead_moderate ;;
   app-isolation) app_isolation ;;
-  all) engine; app_overhead; app_isolation ;;
-  *) echo "unknown step $step: engine, app-overhead, app-isolation or all" >&2; exit 2 ;;
+  app-isolation-split) app_isolation_split ;;
+  app-isolation-shared) app_isolation_shared ;;
+  all) engine; app_overhead; app_overhead_moderate; app_isolation ;;
+  *) echo "unknown step $step: engine, app-overhead, app-overhead-moderate, app-isolation," \
+          "app-isolation-split, app-isolation-shared or all" >&2; exit 2 ;;
 esac

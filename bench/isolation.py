@@ -29,6 +29,7 @@ from serve_app.launcher import deployed
 from serve_app.model_store import resolve_model_source
 
 SHARED_POOL = "shared"
+ARMS = ("split", "shared")
 
 # Targets of the isolation issue.
 MIXED_OVER_ALONE_MAX = 1.5
@@ -178,16 +179,18 @@ def measure_isolation(
     config: TrilemmaConfig, load: MixedLoad, *, short_scenario: str, overload_load: MixedLoad | None,
     progress: bool = True, api_key: str | None = None, engine_cls: type | None = None,
     model_source: str | None = None, route_prefix: str = "/", metrics_url: str | None = None,
-    warmup: MixedLoad | None = None,
+    warmup: MixedLoad | None = None, arms: tuple[str, ...] = ARMS, earlier: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Deploys the split app, then the shared one, and runs every phase; returns all figures.
     With `metrics_url` (Ray's metrics endpoint) each phase also gets the router's own TTFT
     and TPOT histograms by scenario and priority. `warmup` is served, uncounted, by each
-    deployment before its first phase."""
+    deployment before its first phase. `arms` runs only some deployments (a host that limits
+    how long one command may run takes them in turns); `earlier`, the result of a run of the
+    other arm, supplies its phases."""
     source = model_source or resolve_model_source(config.model.source)
     model = config.model.name
-    phases: dict[str, dict[str, Any]] = {}
-    records: dict[str, list[dict[str, Any]]] = {}
+    phases: dict[str, dict[str, Any]] = dict((earlier or {}).get("phases", {}))
+    records: dict[str, list[dict[str, Any]]] = dict((earlier or {}).get("records", {}))
 
     scraped: list[str | None] = [None]
 
@@ -199,8 +202,9 @@ def measure_isolation(
         phases[name]["server"] = phase_latency(scraped[0], after)
         scraped[0] = after
 
-    arms = (("split", config), ("shared", shared_pool_config(config)))
-    for arm, arm_config in arms:
+    configs = {"split": config, "shared": shared_pool_config(config)}
+    for arm in arms:
+        arm_config = configs[arm]
         with deployed(arm_config, engine_cls=engine_cls, model_source=source, route_prefix=route_prefix) as url:
             _warm(url, load, warmup, model=model, api_key=api_key)
             scraped[0] = settled_scrape(metrics_url)  # the warm-up's requests are not the phase's
@@ -213,6 +217,10 @@ def measure_isolation(
 
 
 def compare(phases: dict[str, dict[str, Any]], short_scenario: str) -> dict[str, Any]:
+    missing = [name for name in ("split_short_only", "split_mixed", "shared_mixed") if name not in phases]
+    if missing:
+        return {"ratios": {}, "targets": {}, "meets_targets": None,
+                "incomplete": f"no {', '.join(missing)} yet: run the other arm with --with this file"}
     alone, split, shared = (phases[name]["short_ttft_ms"]["p99"]
                             for name in ("split_short_only", "split_mixed", "shared_mixed"))
     split_tps = phases["split_mixed"]["all"]["total_token_throughput_tps"]
@@ -269,6 +277,8 @@ def markdown(result: dict[str, Any]) -> str:
                      "interpolated within buckets:", "",
                  "| phase | scenario/priority | TTFT p50 (ms) | TTFT p99 (ms) | TPOT p50 (ms) | TPOT p99 (ms) | requests |",
                  "|" + " --- |" * 7, *server_rows]
+    if result.get("incomplete"):
+        return "\n".join(rows) + f"\n\n- Ratios: {result['incomplete']}.\n"
     ratios, targets = result["ratios"], result["targets"]
 
     def verdict(key: str) -> str:

@@ -84,3 +84,12 @@ def test_the_warm_up_is_the_schedules_start_with_a_long_document_first():
     warm = warmup_load(load, 10.0)
     assert warm.prompts[0].kind == "long" and warm.arrivals[0] == 0.0
     assert max(warm.arrivals) <= 10.0 and len(warm.prompts) == 1 + sum(t <= 10.0 for t in load.arrivals)
+
+
+def test_one_arm_alone_reports_what_is_missing_and_the_other_arm_completes_it():
+    split_only = {"split_short_only": _phase(300, 40), "split_mixed": _phase(400, 95)}
+    partial = compare(split_only, "chat")
+    assert partial["meets_targets"] is None and "no shared_mixed yet" in partial["incomplete"]
+    assert "Ratios: no shared_mixed yet" in markdown({**partial, "phases": split_only})
+    complete = compare({**split_only, "shared_mixed": _phase(1500, 100)}, "chat")
+    assert complete["meets_targets"] is True
