@@ -286,7 +286,7 @@ def bench_sweep(args: argparse.Namespace) -> int:
         "config": {
             "app_config": _shown_path(args.config), "load": shape.describe(), "dataset": args.dataset,
             "num_prompts": args.num_prompts, "rounds": args.rounds, "warmup": args.warmup,
-            "seed": args.seed, "slos": {name: vars(slo) for name, slo in slos.items()},
+            "seed": args.seed, "slos": {name: vars(slo) for name, slo in slos.items()}, "set": args.set,
         },
         **sweep,
     }
@@ -336,7 +336,7 @@ def bench_isolation(args: argparse.Namespace) -> int:
         load = mixed_load(args.num_prompts, rate_rps=args.rate, long_fraction=args.long_fraction,
                           long_words=args.long_words, short_scenario=args.short_scenario,
                           long_scenario=args.long_scenario, seed=args.seed, ignore_eos=args.ignore_eos)
-        earlier = json.loads(args.with_result.read_text()) if args.with_result else None
+        earlier = _earlier_arm(args)
         surge = (overload(args.overload_prompts, rate_rps=args.overload_rate,
                           scenarios=(args.short_scenario, args.long_scenario), seed=args.seed,
                           ignore_eos=args.ignore_eos)
@@ -356,6 +356,23 @@ def bench_isolation(args: argparse.Namespace) -> int:
     settings = ("rate", "num_prompts", "long_fraction", "long_words", "short_scenario", "long_scenario",
                 "overload_rate", "overload_prompts", "warmup_s", "ignore_eos", "seed", "set", "arm")
     return _write_app_result("isolation", args, settings, result, isolation_markdown)
+
+
+def _earlier_arm(args: argparse.Namespace) -> dict | None:
+    """The split arm's result that `--with` names, checked to be of the same load and config."""
+    if args.with_result is None:
+        return None
+    if args.arm != "shared":
+        raise ValueError("--with completes an earlier split-arm run: use it with --arm shared")
+    earlier = json.loads(args.with_result.read_text())
+    same = ("rate", "num_prompts", "long_fraction", "long_words", "short_scenario", "long_scenario",
+            "warmup_s", "ignore_eos", "seed", "set")
+    differing = [key for key in same if earlier.get("config", {}).get(key) != getattr(args, key)]
+    if earlier.get("config", {}).get("app_config") != _shown_path(args.config):
+        differing.append("config")
+    if differing:
+        raise ValueError(f"--with {args.with_result}: its run differs in {differing}; both arms need the same")
+    return earlier
 
 
 def _write_app_result(kind: str, args: argparse.Namespace, settings: tuple[str, ...], result: dict,

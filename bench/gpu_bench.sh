@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU proof on one H200: the engine alone, then the app (router overhead and isolation).
 #   usage: bench/gpu_bench.sh [engine|app-overhead|app-isolation|all|STEP] [OUT_DIR]
-# Steps that fit in 10 minutes each: engine, app-overhead, app-overhead-moderate,
+# Steps that fit in 10 minutes each: engine, app-overhead (two deployments), app-overhead-moderate,
 # app-isolation-split, app-isolation-shared (which completes the split arm's result).
 # Needs vLLM and Ray importable (on the H200 host: PYTHONPATH of the installed wheelhouse) and
 # the architecture folders under $MODELS (default .wh/gpu/models). Weights are random
@@ -25,10 +25,14 @@ engine() {
 }
 
 app_overhead() {
-  # All 256 prompts at once, as the engine-alone saturated run sends them, in ABBA rounds.
+  # All 256 prompts at once, as the engine-alone saturated run sends them, in ABBA rounds;
+  # with one router replica and with the config's four.
   python3 -m serve_app.cli bench overhead --config "$config" --set "model.source=$models/llama-8b-shape" \
-    --num-prompts 256 --rounds 4 --concurrency 256 --max-tokens 128 --warmup 16 \
+    --set router.replicas=1 --num-prompts 256 --rounds 4 --concurrency 256 --max-tokens 128 --warmup 16 \
     --out "$out" --name overhead-8b --no-progress
+  python3 -m serve_app.cli bench overhead --config "$config" --set "model.source=$models/llama-8b-shape" \
+    --set router.replicas=4 --num-prompts 256 --rounds 4 --concurrency 256 --max-tokens 128 --warmup 16 \
+    --out "$out" --name overhead-8b-4routers --no-progress
 }
 
 app_overhead_moderate() {

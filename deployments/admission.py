@@ -21,8 +21,11 @@ DEFAULT_PRIORITY = 0
 def request_priority(headers: Mapping[str, str] | None, request: Any) -> int:
     """The class the router gave the request; else the body's own `priority`, else real-time."""
     value = (headers or {}).get(PRIORITY_HEADER)
-    if value is not None and value.lstrip("-").isdigit():
-        return int(value)
+    if value is not None:
+        try:
+            return int(value)
+        except ValueError:
+            pass
     priority = getattr(request, "priority", None)
     return priority if isinstance(priority, int) else DEFAULT_PRIORITY
 
@@ -93,9 +96,16 @@ class PriorityAdmission(AdmissionPolicy, name="priority"):
     that finds its share full takes the place of a less urgent one if any waits, so the most
     urgent class is never shed while lower-class work waits in the same replica."""
 
+    def share(self, priority: int) -> float:
+        """The class's share; a priority the config does not list (a request sent to the
+        pool directly) takes that of the nearest listed class at least as urgent, or the
+        most urgent listed one."""
+        listed = sorted(self.config.queue_share)
+        at_least_as_urgent = [p for p in listed if p <= priority]
+        return self.config.queue_share[at_least_as_urgent[-1] if at_least_as_urgent else listed[0]]
+
     def class_limit(self, priority: int) -> int:
-        share = self.config.queue_share[priority]
-        return math.floor(self.config.max_queued * share)
+        return math.floor(self.config.max_queued * self.share(priority))
 
     def decide_when_busy(self, priority: int, state: QueueState) -> AdmissionDecision:
         limit = self.class_limit(priority)
@@ -104,7 +114,7 @@ class PriorityAdmission(AdmissionPolicy, name="priority"):
             return AdmissionDecision("queue", f"{waiting} waiting, under priority {priority}'s limit of {limit}")
         where = (
             f"{waiting} waiting, at priority {priority}'s limit of {limit} "
-            f"(admission.max_queued {self.config.max_queued} x queue_share {self.config.queue_share[priority]})"
+            f"(admission.max_queued {self.config.max_queued} x queue_share {self.share(priority)})"
         )
         victim = _least_urgent_newest(state.waiting, more_than=priority)
         if victim is not None:

@@ -86,7 +86,7 @@ class AdmissionQueue:
             if waiter in self._waiting:  # cancelled while waiting: the client went away
                 self._waiting.remove(waiter)
             elif waiter.granted.done() and not waiter.granted.cancelled() and waiter.granted.exception() is None:
-                self._finish()  # granted just as it was cancelled: give the slot back
+                self._finish(served=False)  # granted just as it was cancelled: give the slot back
             raise
         try:
             yield
@@ -94,6 +94,9 @@ class AdmissionQueue:
             self._finish()
 
     def _arrive(self, priority: int) -> _Waiter:
+        # A waiter whose task was cancelled leaves the list only when that task runs again;
+        # until then it is no one's place to take.
+        self._waiting = [waiter for waiter in self._waiting if not waiter.granted.done()]
         waiter = _Waiter(priority, next(self._sequence), asyncio.get_running_loop().create_future())
         decision = self._policy.decide(priority, self.state())
         if decision.action == "shed":
@@ -101,27 +104,32 @@ class AdmissionQueue:
             raise self._overloaded(priority, decision.reason)
         if decision.evict is not None:
             victim = self._waiting.pop(decision.evict)
-            self._on_shed(victim.priority, "evicted")
             victim.granted.set_exception(self._overloaded(
                 victim.priority, f"a priority {priority} request took its place in the queue ({decision.reason})"
             ))
+            self._on_shed(victim.priority, "evicted")
         if decision.action == "admit":
-            self._in_engine += 1
-            waiter.granted.set_result(None)
+            self._enter_engine(waiter)
         else:
             self._waiting.append(waiter)
         return waiter
 
-    def _finish(self) -> None:
+    def _enter_engine(self, waiter: _Waiter) -> None:
+        if self._in_engine == 0:
+            self._last_finish = self._clock()  # a busy period starts: idle time is no drain time
+        self._in_engine += 1
+        waiter.granted.set_result(None)
+
+    def _finish(self, *, served: bool = True) -> None:
         self._in_engine -= 1
-        self._note_drain()
+        if served:
+            self._note_drain()
         while self._waiting and self._in_engine < self._policy.max_in_engine:
             waiter = min(self._waiting)
             self._waiting.remove(waiter)
             if waiter.granted.done():  # cancelled between its last check and now
                 continue
-            self._in_engine += 1
-            waiter.granted.set_result(None)
+            self._enter_engine(waiter)
 
     def _note_drain(self) -> None:
         now = self._clock()
@@ -133,8 +141,9 @@ class AdmissionQueue:
         self._last_finish = now
 
     def retry_after_s(self, priority: int) -> int:
-        """Seconds until the requests that would be ahead of this one have likely drained."""
-        ahead = self._in_engine + sum(1 for waiter in self._waiting if waiter.priority <= priority)
+        """Seconds until an engine slot is likely free for this class: one finish for each
+        request waiting ahead of it, and one for itself."""
+        ahead = sum(1 for waiter in self._waiting if waiter.priority <= priority) + 1
         if self._finish_interval_s is None:
             return MIN_RETRY_AFTER_S
         return min(MAX_RETRY_AFTER_S, max(MIN_RETRY_AFTER_S, math.ceil(ahead * self._finish_interval_s)))

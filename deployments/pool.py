@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import functools
 import time
@@ -30,6 +31,8 @@ from serve_app.config import REPLICA_ROUTERS, AdmissionConfig, ModelSpec, PoolCo
 
 # Ray's LLM logger: its lines reach the replica logs that Serve collects.
 logger = get_logger(__name__)
+# Generation requests; they hold an engine slot from the admission queue.
+ADMITTED_METHODS = ("chat", "completions")
 # How often a replica adds its busy and idle time to the metrics; Ray exports them on its own
 # schedule, so finer would not make the counters fresher.
 ACTIVITY_EXPORT_INTERVAL_S = 2.0
@@ -80,6 +83,8 @@ class PoolServer(LLMServer):
             last = now
 
     async def _run_request(self, request: Any, **kwargs: Any) -> AsyncGenerator[Any, None]:
+        if kwargs.get("engine_method") not in ADMITTED_METHODS:  # tokenize and the like: no generation
+            return await self._engine_stream(request, kwargs)
         headers = getattr(kwargs.get("raw_request_info"), "headers", None)
         return self._admitted(request_priority(headers, request), request, kwargs)
 
@@ -87,9 +92,11 @@ class PoolServer(LLMServer):
         """The request's stream once the admission queue gives it an engine slot, which it
         holds until the stream ends; a shed request raises PoolOverloaded before any chunk."""
         async with self._admission.slot(priority):
-            stream = await self._engine_stream(request, kwargs)
-            async for item in stream:
-                yield item
+            # Closed here, not when collected: a client that leaves mid-stream must stop its
+            # engine request before the slot goes to the next one.
+            async with contextlib.aclosing(await self._engine_stream(request, kwargs)) as stream:
+                async for item in stream:
+                    yield item
 
     async def _engine_stream(self, request: Any, kwargs: dict[str, Any]) -> AsyncGenerator[Any, None]:
         raw_request_info = kwargs.get("raw_request_info")

@@ -65,7 +65,7 @@ REPLICA_ROUTERS = {
 
 
 class AdmissionConfig(StrictModel):
-    policy: str = Field(
+    policy: Literal["priority", "fifo"] = Field(
         "priority",
         description="`priority`: lower classes are shed first and a full queue sheds a less "
         "urgent waiting request before a more urgent arrival; `fifo`: one line, its end shed.",
@@ -89,6 +89,8 @@ class AdmissionConfig(StrictModel):
         bad = {priority: share for priority, share in self.queue_share.items() if not 0 <= share <= 1}
         if bad:
             raise ValueError(f"queue_share values must be within [0, 1]; got {bad}")
+        if not self.queue_share:
+            raise ValueError("queue_share must list at least one priority")
         return self
 
 

@@ -42,7 +42,8 @@ def _has_text(event: dict) -> bool:
 async def test_a_late_chat_request_starts_before_waiting_batch_requests(base_url, api_key):
     headers = {"Authorization": f"Bearer {api_key}"}
     async with httpx.AsyncClient(base_url=base_url, headers=headers, timeout=300) as client:
-        running = [_first_token_at(client, "batch", 80 + 20 * i, after_s=0) for i in range(8)]
+        # At about 15 tokens/s each, the shortest runs for 10 s or more, long after the chat arrives.
+        running = [_first_token_at(client, "batch", 160 + 20 * i, after_s=0) for i in range(8)]
         waiting = [_first_token_at(client, "batch", 8, after_s=2.0) for _ in range(4)]
         chat = _first_token_at(client, "chat", 8, after_s=3.0)
         first_tokens = await asyncio.gather(*running, *waiting, chat)

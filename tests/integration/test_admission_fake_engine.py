@@ -19,7 +19,7 @@ from tests.support import config_for_tests
 pytestmark = pytest.mark.integration
 
 MODEL = "SmolLM2-135M-Instruct"
-HOLD_S = 2.0
+HOLD_S = 3.0
 SPACING_S = 0.25  # between arrivals: far above the router's own time, far below HOLD_S
 
 

@@ -58,14 +58,20 @@ def test_a_shed_reason_names_the_limit_and_its_value():
     assert "admission.max_queued 8 x queue_share 0.25" in decision.reason
 
 
-def test_unknown_policy_is_named():
-    with pytest.raises(ValueError, match="unknown admission policy 'lifo'; known: \\['fifo', 'priority'\\]"):
-        AdmissionPolicy.from_config(AdmissionConfig(policy="lifo"), max_in_engine=1)
+def test_unknown_policy_is_refused_with_the_known_ones():
+    with pytest.raises(ValueError, match="'priority' or 'fifo'"):
+        AdmissionConfig(policy="lifo")
+
+
+def test_a_priority_no_share_lists_takes_the_nearest_more_urgent_share():
+    policy = AdmissionPolicy.from_config(AdmissionConfig(max_queued=8, queue_share={0: 1.0, 2: 0.5}), 1)
+    assert [policy.class_limit(p) for p in (-1, 0, 1, 2, 9)] == [8, 8, 8, 4, 4]
 
 
 @pytest.mark.parametrize(
     ("headers", "body_priority", "expected"),
-    [({PRIORITY_HEADER: "3"}, None, 3), ({}, 2, 2), (None, None, 0), ({PRIORITY_HEADER: "x"}, 1, 1)],
+    [({PRIORITY_HEADER: "3"}, None, 3), ({}, 2, 2), (None, None, 0), ({PRIORITY_HEADER: "x"}, 1, 1),
+     ({PRIORITY_HEADER: "--1"}, None, 0)],
 )
 def test_request_priority(headers, body_priority, expected):
     class Body:
@@ -94,7 +100,7 @@ async def test_the_queue_serves_the_most_urgent_first_and_fifo_within_a_class():
     tasks = [asyncio.create_task(_hold(queue, p, order, g)) for p, g in zip((3, 3, 2, 3, 0, 2), gates)]
     await asyncio.sleep(0)
     assert order == [3, 3] and (queue.in_engine, queue.waiting) == (2, 4)
-    for gate in gates:  # finishing one at a time lets exactly one more in
+    for gate in gates:  # each release lets the most urgent waiter in, once a slot is free
         gate.set()
         await asyncio.sleep(0.01)
     await asyncio.gather(*tasks)
@@ -156,5 +162,41 @@ async def test_retry_after_grows_with_the_work_ahead():
     # a batch request also waits for the 2 batch requests ahead of it.
     assert queue.retry_after_s(0) == 6
     assert queue.retry_after_s(3) == 10
+    release.set()
+    await asyncio.gather(*tasks)
+
+
+async def test_a_cancelled_waiter_is_never_the_one_evicted():
+    # A full queue (4: one batch, three real-time) whose batch waiter's client has just gone.
+    queue, shed = _queue(AdmissionPolicy.from_config(AdmissionConfig(max_queued=4), max_in_engine=1))
+    release = asyncio.Event()
+    order: list[int] = []
+    running = asyncio.create_task(_hold(queue, 0, order, release))
+    await asyncio.sleep(0)
+    leaving = asyncio.create_task(_hold(queue, 3, order, release))
+    staying = [asyncio.create_task(_hold(queue, 0, order, release)) for _ in range(3)]
+    await asyncio.sleep(0)
+    assert queue.waiting == 4
+    # The arrival's task is scheduled first, so it runs before the cancelled task can leave.
+    urgent = asyncio.create_task(_hold(queue, 0, order, release))
+    leaving.cancel()  # its future is cancelled now; the task leaves the list when it next runs
+    await asyncio.sleep(0)
+    assert shed == [] and queue.waiting == 4  # the cancelled one was dropped, not evicted
+    release.set()
+    await asyncio.gather(running, *staying, urgent)
+    assert leaving.cancelled() and (queue.in_engine, queue.waiting) == (0, 0)
+
+
+async def test_idle_time_is_not_counted_as_drain_time():
+    clock = ManualClock()
+    queue, _ = _queue(AdmissionPolicy.from_config(AdmissionConfig(max_queued=16), max_in_engine=1), clock)
+    for _ in range(3):
+        async with queue.slot(0):
+            clock.now += 2.0
+        clock.now += 3600.0  # an idle hour between requests
+    release = asyncio.Event()
+    tasks = [asyncio.create_task(_hold(queue, 0, [], release)) for _ in range(3)]
+    await asyncio.sleep(0)
+    assert queue.retry_after_s(0) == 6  # (2 waiting + itself) x 2 s, not an hour
     release.set()
     await asyncio.gather(*tasks)

@@ -63,3 +63,24 @@ def test_set_overrides_a_config_key_and_names_a_bad_one(tmp_path):
         _app_config(args("pools.tiny.replicas=2"))
     with pytest.raises(ConfigError, match="expected DOTTED.PATH=VALUE"):
         _app_config(args("pools.short.replicas"))
+
+
+def test_with_takes_only_a_split_run_of_the_same_load(tmp_path):
+    import json
+
+    from bench.cli import _earlier_arm, _shown_path
+
+    settings = dict(rate=1.0, num_prompts=120, long_fraction=0.05, long_words=3000, short_scenario="chat",
+                    long_scenario="batch", warmup_s=30.0, ignore_eos=False, seed=0, set=[])
+    earlier = tmp_path / "split.json"
+    earlier.write_text(json.dumps({"config": {"app_config": _shown_path(DEFAULT_CONFIG_PATH), **settings},
+                                   "phases": {"split_mixed": {}}}))
+
+    def args(arm="shared", **changes):
+        return argparse.Namespace(config=DEFAULT_CONFIG_PATH, with_result=earlier, arm=arm, **{**settings, **changes})
+
+    assert _earlier_arm(args())["phases"] == {"split_mixed": {}}
+    with pytest.raises(ValueError, match="differs in \\['rate', 'seed'\\]"):
+        _earlier_arm(args(rate=2.0, seed=1))
+    with pytest.raises(ValueError, match="use it with --arm shared"):
+        _earlier_arm(args(arm="both"))
