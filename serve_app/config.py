@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveInt, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFloat, PositiveInt, ValidationError
 from pydantic import model_validator
 
 from serve_app.model_store import EMBEDDED_MODEL_REF
@@ -243,6 +243,12 @@ class ScenarioConfig(StrictModel):
     pools: list[str] | None = Field(
         None, description="Pools the scenario may use; null means all (an empty list: none)."
     )
+    slo_ttft_ms: PositiveInt | None = Field(
+        None, description="p99 time to first token the autoscaler holds for this scenario; null: none.",
+    )
+    slo_tpot_ms: PositiveInt | None = Field(
+        None, description="p99 time per output token the autoscaler holds for this scenario; null: none.",
+    )
 
     @model_validator(mode="after")
     def _default_within_cap(self) -> ScenarioConfig:
@@ -327,6 +333,46 @@ class TenantsConfig(StrictModel):
     )
 
 
+class PoolScalingConfig(StrictModel):
+    min_replicas: int = Field(1, ge=0, description="Fewest replicas; 0 lets an idle pool scale to zero.")
+    max_replicas: PositiveInt = Field(1, description="Most replicas.")
+    idle_to_zero_after_s: PositiveFloat | None = Field(
+        None, description="With min_replicas 0: seconds without a request before the last replica goes.",
+    )
+
+    @model_validator(mode="after")
+    def _bounds_in_order(self) -> PoolScalingConfig:
+        if self.min_replicas > self.max_replicas:
+            raise ValueError(f"min_replicas ({self.min_replicas}) is above max_replicas ({self.max_replicas})")
+        return self
+
+
+class AutoscalingConfig(StrictModel):
+    enabled: bool = Field(False, description="Scale pools with Trilemma's policy instead of fixed replicas.")
+    period_s: PositiveFloat = Field(5.0, description="Seconds between two decisions.")
+    latency_headroom: float = Field(
+        0.8, gt=0, le=1, description="Scale up when a p99 passes this fraction of its SLO.",
+    )
+    utilization_floor: float = Field(
+        0.2, ge=0, lt=1, description="Scale down when engines are busier than this for less of the time.",
+    )
+    budget_usd_per_hour: NonNegativeFloat | None = Field(
+        None, description="Most the pools' replicas may cost per hour together; null: no budget.",
+    )
+    shrink_order: list[str] = Field(
+        default_factory=list,
+        description="Pools in the order they give up replicas when over budget; unlisted pools "
+        "follow, long pools before short ones.",
+    )
+    up_after_periods: PositiveInt = Field(1, description="Periods in a row a scale-up must be asked for.")
+    down_after_periods: PositiveInt = Field(6, description="Periods in a row a scale-down must be asked for.")
+    up_cooldown_s: NonNegativeFloat = Field(15.0, description="Seconds after any change before scaling up.")
+    down_cooldown_s: NonNegativeFloat = Field(60.0, description="Seconds after any change before scaling down.")
+    pools: dict[str, PoolScalingConfig] = Field(
+        default_factory=dict, description="Replica bounds by pool; an unlisted pool keeps its `replicas`.",
+    )
+
+
 class TrilemmaConfig(StrictModel):
     app_name: str = Field("trilemma", description="Ray Serve application name.")
     model: ModelSpec = Field(default_factory=ModelSpec)
@@ -335,6 +381,7 @@ class TrilemmaConfig(StrictModel):
     pools: dict[str, PoolConfig] = Field(description="Engine pools by name.")
     scenarios: dict[str, ScenarioConfig] = Field(description="Scenario profiles by name.")
     costs: CostConfig = Field(default_factory=CostConfig)
+    autoscaling: AutoscalingConfig = Field(default_factory=AutoscalingConfig)
     tenants: TenantsConfig = Field(default_factory=TenantsConfig)
     local_ray: LocalRayConfig = Field(default_factory=LocalRayConfig)
     http: HttpConfig = Field(default_factory=HttpConfig)
@@ -361,6 +408,11 @@ class TrilemmaConfig(StrictModel):
                     f"pools.{pool_name}.admission.queue_share lists no share for scenario "
                     f"priorities {unlisted}; listed: {sorted(pool.admission.queue_share)}"
                 )
+        for section, names in (("autoscaling.pools", self.autoscaling.pools),
+                               ("autoscaling.shrink_order", self.autoscaling.shrink_order)):
+            unknown = sorted(set(names) - set(self.pools))
+            if unknown:
+                raise ValueError(f"{section} names unknown pools {unknown}; configured: {sorted(self.pools)}")
         if self.routing.default_scenario not in self.scenarios:
             raise ValueError(
                 f"routing.default_scenario {self.routing.default_scenario!r} is not a scenario; "

@@ -1,0 +1,1 @@
+"""Autoscaling on latency, utilization and cost: pool signals in, scaling decisions out."""

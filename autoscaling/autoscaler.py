@@ -1,0 +1,100 @@
+"""One control loop over every pool: the policies propose, hysteresis and clamps decide.
+
+Each period the policies run in order on a shared plan (latency may grow a pool,
+utilization may shrink one nobody grew, cost trims the plan to the budget). A change is made
+only once it has been asked for enough periods in a row and the pool's cooldown has passed,
+except a cut to meet the budget, which is made at once. Pools without metrics hold.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from autoscaling.bounds import PoolBounds
+from autoscaling.cost import CostPolicy
+from autoscaling.decision import ScalingDecision
+from autoscaling.latency import LatencyPolicy
+from autoscaling.policy import Fleet, ScalingPolicy
+from autoscaling.signals import PoolSignals
+from autoscaling.state import AutoscalerState
+from autoscaling.utilization import UtilizationPolicy
+from serve_app.config import AutoscalingConfig
+
+DEFAULT_POLICIES = (LatencyPolicy, UtilizationPolicy, CostPolicy)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One period's outcome: the decision for every pool (hold included) and whether the
+    cost profile is in force."""
+
+    decisions: dict[str, ScalingDecision]
+    cost_profile: bool
+
+    def targets(self) -> dict[str, int]:
+        return {pool: decision.target for pool, decision in self.decisions.items()}
+
+
+class Autoscaler:
+    def __init__(self, config: AutoscalingConfig, bounds: dict[str, PoolBounds], shrink_order: list[str],
+                 state: AutoscalerState | None = None,
+                 policies: tuple[type[ScalingPolicy], ...] = DEFAULT_POLICIES) -> None:
+        self.config = config
+        self.bounds = bounds
+        self.shrink_order = shrink_order
+        self.state = state or AutoscalerState()
+        self.policies = [policy() for policy in policies]
+
+    def step(self, signals: dict[str, PoolSignals], now: float) -> Step:
+        fleet = Fleet(signals=signals, bounds=self.bounds, config=self.config,
+                      shrink_order=[p for p in self.shrink_order if p in signals], now=now)
+        current = {pool: s.replicas for pool, s in signals.items()}
+        plan = {pool: self._clamp(pool, n) for pool, n in current.items()}
+        why: dict[str, ScalingDecision] = {}
+        for policy in self.policies:
+            for decision in policy.decide(fleet, plan, self.state):
+                plan[decision.pool] = decision.target
+                why[decision.pool] = decision
+        decisions = {pool: self._settle(pool, current[pool], plan[pool], why.get(pool), signals[pool], now)
+                     for pool in signals}
+        return Step(decisions, self.state.cost_profile)
+
+    def _clamp(self, pool: str, replicas: int) -> int:
+        bounds = self.bounds[pool]
+        return max(bounds.min_replicas, min(bounds.max_replicas, replicas))
+
+    def _settle(self, pool: str, current: int, proposed: int, why: ScalingDecision | None,
+                signals: PoolSignals, now: float) -> ScalingDecision:
+        state = self.state.pool(pool)
+        proposed = self._clamp(pool, proposed)
+        if proposed == current:
+            state.streak, state.streak_periods = "hold", 0
+            reason = why.reason if why else self._steady_reason(signals)
+            return ScalingDecision(pool, current, current, why.policy if why else "hold", reason)
+        direction = "up" if proposed > current else "down"
+        state.streak_periods = state.streak_periods + 1 if state.streak == direction else 1
+        state.streak = direction
+        policy, reason = (why.policy, why.reason) if why else ("bounds", "outside min/max replicas")
+        if policy == CostPolicy.name or why is None:  # the budget and the bounds do not wait
+            return self._apply(pool, current, proposed, policy, reason, now)
+        needed = self.config.up_after_periods if direction == "up" else self.config.down_after_periods
+        if state.streak_periods < needed:
+            return ScalingDecision(pool, current, current, policy,
+                                   f"{reason}; waiting: asked {state.streak_periods} of {needed} periods")
+        cooldown = self.config.up_cooldown_s if direction == "up" else self.config.down_cooldown_s
+        if state.last_change_at is not None and now - state.last_change_at < cooldown:
+            return ScalingDecision(pool, current, current, policy,
+                                   f"{reason}; cooling down: {now - state.last_change_at:.0f} of {cooldown:.0f} s "
+                                   "since the last change")
+        return self._apply(pool, current, proposed, policy, reason, now)
+
+    def _apply(self, pool: str, current: int, target: int, policy: str, reason: str, now: float) -> ScalingDecision:
+        state = self.state.pool(pool)
+        state.last_change_at, state.streak, state.streak_periods = now, "hold", 0
+        return ScalingDecision(pool, current, target, policy, reason)
+
+    @staticmethod
+    def _steady_reason(signals: PoolSignals) -> str:
+        if signals.ttft_p99_s is None and signals.tpot_p99_s is None and signals.utilization is None:
+            return f"no metrics from pool {signals.pool}: holding {signals.replicas} replica(s)"
+        return "within SLOs and above the utilization floor"

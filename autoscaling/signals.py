@@ -1,0 +1,46 @@
+"""What the autoscaler knows about a pool, parsed once from its replicas' reports."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+# The keys a pool replica reports through `record_autoscaling_stats()`.
+STAT_KEYS = ("ttft_p99_s", "tpot_p99_s", "waiting", "running", "kv_cache_usage", "tokens_per_s",
+             "utilization", "requests_per_s", "usd_per_hour")
+
+
+@dataclass(frozen=True)
+class PoolSignals:
+    """One pool at one moment. A figure no replica reported is None: the policies hold
+    steady on what they cannot see rather than guess."""
+
+    pool: str
+    replicas: int
+    ttft_p99_s: float | None = None  # the worst replica's: the tail a user meets
+    tpot_p99_s: float | None = None
+    utilization: float | None = None  # mean engine busy fraction over the window
+    requests_per_s: float | None = None  # the pool's total
+    waiting: float | None = None  # requests queued, all replicas
+    usd_per_hour: float | None = None  # one replica's price
+
+    @classmethod
+    def from_replica_stats(cls, pool: str, replicas: int, stats: list[Mapping[str, Any]]) -> PoolSignals:
+        def values(key: str) -> list[float]:
+            return [float(s[key]) for s in stats if s.get(key) is not None]
+
+        def worst(key: str) -> float | None:
+            found = values(key)
+            return max(found) if found else None
+
+        def total(key: str) -> float | None:
+            found = values(key)
+            return sum(found) if found else None
+
+        def mean(key: str) -> float | None:
+            found = values(key)
+            return sum(found) / len(found) if found else None
+
+        return cls(pool=pool, replicas=replicas, ttft_p99_s=worst("ttft_p99_s"), tpot_p99_s=worst("tpot_p99_s"),
+                   utilization=mean("utilization"), requests_per_s=total("requests_per_s"),
+                   waiting=total("waiting"), usd_per_hour=mean("usd_per_hour"))

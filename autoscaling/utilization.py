@@ -1,0 +1,56 @@
+"""Scale down pools whose engines sit mostly idle; an idle pool allowed zero replicas goes."""
+
+from __future__ import annotations
+
+from autoscaling.decision import ScalingDecision
+from autoscaling.policy import Fleet, ScalingPolicy
+from autoscaling.state import AutoscalerState
+
+# Latency this far under the scale-up line is safe to give a replica away.
+SAFE_FRACTION_OF_HEADROOM = 0.5
+
+
+class UtilizationPolicy(ScalingPolicy, name="utilization"):
+    """Engine busy time over wall time, not request counts: a replica busy 10% of the time
+    is paid for in full. Never shrinks a pool another policy just grew, nor one whose latency
+    is not comfortably inside its SLO."""
+
+    def decide(self, fleet: Fleet, plan: dict[str, int], state: AutoscalerState) -> list[ScalingDecision]:
+        decisions = []
+        for pool, signals in fleet.signals.items():
+            bounds, current = fleet.bounds[pool], plan[pool]
+            pool_state = state.pool(pool)
+            idle = signals.requests_per_s == 0 and not signals.waiting
+            if idle:
+                pool_state.idle_since = pool_state.idle_since if pool_state.idle_since is not None else fleet.now
+            elif signals.requests_per_s is not None:
+                pool_state.idle_since = None
+            if current != signals.replicas:  # an earlier policy changed this pool this period
+                continue
+            if (current == 1 and bounds.min_replicas == 0 and bounds.idle_to_zero_after_s is not None
+                    and pool_state.idle_since is not None
+                    and fleet.now - pool_state.idle_since >= bounds.idle_to_zero_after_s):
+                decisions.append(ScalingDecision(
+                    pool, current, 0, self.name,
+                    f"no request for {fleet.now - pool_state.idle_since:.0f} s "
+                    f"(idle_to_zero_after_s {bounds.idle_to_zero_after_s:.0f})",
+                ))
+                continue
+            floor = max(bounds.min_replicas, 1)
+            if signals.utilization is None or current <= floor:
+                continue
+            if signals.utilization >= fleet.config.utilization_floor or not self._latency_is_safe(fleet, pool):
+                continue
+            decisions.append(ScalingDecision(
+                pool, current, current - 1, self.name,
+                f"engines busy {signals.utilization:.0%} of the time, under the "
+                f"{fleet.config.utilization_floor:.0%} floor",
+            ))
+        return decisions
+
+    @staticmethod
+    def _latency_is_safe(fleet: Fleet, pool: str) -> bool:
+        signals, bounds = fleet.signals[pool], fleet.bounds[pool]
+        line = fleet.config.latency_headroom * SAFE_FRACTION_OF_HEADROOM
+        checks = ((signals.ttft_p99_s, bounds.slo_ttft_s), (signals.tpot_p99_s, bounds.slo_tpot_s))
+        return all(value is None or not slo or value / slo <= line for value, slo in checks)
