@@ -3,7 +3,9 @@
 It speaks Ray Serve LLM's engine interface (pass it as `engine_cls`), answers instantly
 or at a set pace, and stamps every answer with the pool and replica that served it.
 Knobs come from the pool's `env` (vLLM would refuse unknown engine_kwargs):
-`TRILEMMA_FAKE_TTFT_S`, `TRILEMMA_FAKE_TPOT_S`, in seconds. A prompt
+`TRILEMMA_FAKE_TTFT_S`, `TRILEMMA_FAKE_TPOT_S`, in seconds, and
+`TRILEMMA_FAKE_TTFT_PER_REQUEST_S`, added to the TTFT for every other request in flight (a
+latency that follows load). A prompt
 containing FAIL_ENGINE makes it raise before answering, as a crashed engine would; one
 containing FAIL_MIDSTREAM raises after its first streamed chunk.
 """
@@ -49,6 +51,8 @@ class FakeEngine(LLMEngine):
         # The replica's environment is the pool's `env` (its runtime_env).
         self._ttft_s = float(os.environ.get("TRILEMMA_FAKE_TTFT_S", "0"))
         self._tpot_s = float(os.environ.get("TRILEMMA_FAKE_TPOT_S", "0"))
+        self._ttft_per_request_s = float(os.environ.get("TRILEMMA_FAKE_TTFT_PER_REQUEST_S", "0"))
+        self._in_flight = 0
         self._stamp = "unstarted"
 
     async def start(self) -> None:
@@ -78,7 +82,15 @@ class FakeEngine(LLMEngine):
         )
         request_id, created = f"fake-{uuid.uuid4().hex[:12]}", int(time.time())
         model = request.model or self._config.model_id
-        await asyncio.sleep(self._ttft_s)
+        self._in_flight += 1
+        try:
+            async for item in self._answer(request, chat, words, usage, request_id, created, model, prompt):
+                yield item
+        finally:
+            self._in_flight -= 1
+
+    async def _answer(self, request, chat, words, usage, request_id, created, model, prompt):
+        await asyncio.sleep(self._ttft_s + self._ttft_per_request_s * (self._in_flight - 1))
         if not request.stream:
             await asyncio.sleep(self._tpot_s * (len(words) - 1))
             text = " ".join(words)

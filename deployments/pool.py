@@ -24,6 +24,7 @@ from cluster.price_catalog import ReplicaRate
 from deployments.admission import AdmissionPolicy, request_priority
 from deployments.admission_queue import AdmissionQueue
 from deployments.engine_activity import EngineActivity
+from deployments.latency_window import LatencyWindow
 from deployments.request_metering import metered, prompt_tokens_hint
 from deployments.serving_metrics import PoolMetrics
 from deployments.work_share import WorkShare
@@ -31,6 +32,8 @@ from serve_app.config import REPLICA_ROUTERS, AdmissionConfig, ModelSpec, PoolCo
 
 # Ray's LLM logger: its lines reach the replica logs that Serve collects.
 logger = get_logger(__name__)
+# The autoscaler's p99s and request rate cover the requests of this many seconds.
+AUTOSCALING_WINDOW_S = 30.0
 # Generation requests; they hold an engine slot from the admission queue.
 ADMITTED_METHODS = ("chat", "completions")
 # How often a replica adds its busy and idle time to the metrics; Ray exports them on its own
@@ -68,6 +71,8 @@ class PoolServer(LLMServer):
         # Started after the warm-up: a replica's wall time counts from when it can serve.
         self._activity = EngineActivity()
         self._work = WorkShare()
+        self._latency = LatencyWindow(AUTOSCALING_WINDOW_S)
+        self._last_reported = self._activity.snapshot()
         self._metrics_task = asyncio.create_task(self._export_activity())
 
     async def _export_activity(self) -> None:
@@ -91,17 +96,21 @@ class PoolServer(LLMServer):
     async def _admitted(self, priority: int, request: Any, kwargs: dict[str, Any]) -> AsyncGenerator[Any, None]:
         """The request's stream once the admission queue gives it an engine slot, which it
         holds until the stream ends; a shed request raises PoolOverloaded before any chunk."""
+        arrived_at = time.monotonic()
         async with self._admission.slot(priority):
             # Closed here, not when collected: a client that leaves mid-stream must stop its
             # engine request before the slot goes to the next one.
-            async with contextlib.aclosing(await self._engine_stream(request, kwargs)) as stream:
+            async with contextlib.aclosing(await self._engine_stream(request, kwargs, arrived_at)) as stream:
                 async for item in stream:
                     yield item
 
-    async def _engine_stream(self, request: Any, kwargs: dict[str, Any]) -> AsyncGenerator[Any, None]:
+    async def _engine_stream(
+        self, request: Any, kwargs: dict[str, Any], arrived_at: float | None = None
+    ) -> AsyncGenerator[Any, None]:
         raw_request_info = kwargs.get("raw_request_info")
         pending = _PendingMeter(functools.partial(
             metered, activity=self._activity, work=self._work, rate=self._rate,
+            latency=self._latency, arrived_at=arrived_at,
             prompt_tokens=prompt_tokens_hint(raw_request_info and raw_request_info.headers, request),
         ))
         token = _PENDING_METER.set(pending)
@@ -117,6 +126,22 @@ class PoolServer(LLMServer):
         if pending is not None and not pending.applied:
             generator = pending.wrap(generator)
         return super()._batch_output_stream(generator)
+
+    async def record_autoscaling_stats(self) -> dict[str, float]:
+        """What the autoscaler reads from this replica (Ray Serve calls it periodically):
+        recent p99 TTFT and TPOT and request rate, the engine's busy fraction since the last
+        call, its queue, and its price (autoscaling.signals.STAT_KEYS)."""
+        if not hasattr(self, "_activity"):  # still warming up
+            return {}
+        now = self._activity.snapshot()
+        wall = now.wall_s - self._last_reported.wall_s
+        utilization = (now.busy_s - self._last_reported.busy_s) / wall if wall > 0 else None
+        self._last_reported = now
+        stats = {**self._latency.stats(), "waiting": float(self._admission.waiting),
+                 "running": float(self._admission.in_engine), "usd_per_hour": self._rate.usd_per_hour}
+        if utilization is not None:
+            stats["utilization"] = utilization
+        return stats
 
     async def engine_activity(self) -> dict[str, Any]:
         """This replica's busy clock; the router gathers it from every replica by broadcast."""
@@ -162,7 +187,11 @@ def deployment_name(pool_name: str) -> str:
     return f"pool-{pool_name}"
 
 
-def llm_config_for_pool(pool_name: str, pool: PoolConfig, model: ModelSpec, model_source: str) -> LLMConfig:
+def llm_config_for_pool(
+    pool_name: str, pool: PoolConfig, model: ModelSpec, model_source: str,
+    autoscaling_config: dict[str, Any] | None = None,
+) -> LLMConfig:
+    """`autoscaling_config` (Ray Serve's) replaces the pool's fixed replica count."""
     engine_kwargs: dict[str, Any] = {
         "max_model_len": pool.max_model_len,
         "max_num_seqs": pool.max_num_seqs,
@@ -192,7 +221,7 @@ def llm_config_for_pool(pool_name: str, pool: PoolConfig, model: ModelSpec, mode
         engine_kwargs=engine_kwargs,
         runtime_env={"env_vars": env} if env else None,
         deployment_config={
-            "num_replicas": pool.replicas,
+            **({"autoscaling_config": autoscaling_config} if autoscaling_config else {"num_replicas": pool.replicas}),
             "max_ongoing_requests": pool.ongoing_limit,
             # The engine's bundle holds the pool's CPUs; the replica actor itself only waits.
             "ray_actor_options": {"num_cpus": 0},

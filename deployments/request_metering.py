@@ -13,10 +13,12 @@ request's share of the replica's busy time is priced and written into that usage
 from __future__ import annotations
 
 import json
+import time
 from typing import Any, AsyncGenerator, Callable
 
 from cluster.price_catalog import ReplicaRate
 from deployments.engine_activity import EngineActivity
+from deployments.latency_window import LatencyWindow
 from deployments.work_share import WorkShare
 
 PROMPT_TOKENS_HEADER = "x-trilemma-prompt-tokens"
@@ -71,24 +73,30 @@ def _is_streamed(item: Any) -> bool:
 
 async def metered(
     stream: AsyncGenerator[Any, None], *, activity: EngineActivity, work: WorkShare,
-    rate: ReplicaRate | None, prompt_tokens: int,
+    rate: ReplicaRate | None, prompt_tokens: int, latency: LatencyWindow | None = None,
+    arrived_at: float | None = None,
 ) -> AsyncGenerator[Any, None]:
-    """Yields `stream`'s items unchanged except for the final usage, which gains the cost."""
+    """Yields `stream`'s items unchanged except for the final usage, which gains the cost.
+    A streamed request that completes also lands its TTFT (from `arrived_at`, its arrival at
+    the replica, queueing included) and TPOT in `latency`."""
     activity.begin()
     share = work.start(prompt_tokens)
     closed = False
+    started, first_at, completion_tokens = arrived_at or time.monotonic(), None, 0
 
     def price(event: dict[str, Any]) -> dict[str, Any]:
-        nonlocal closed
+        nonlocal closed, completion_tokens
         usage = final_usage(event)
         if usage is not None and not closed:
             closed = True
-            usage.update(usage_fields(rate, work.finish(share, usage.get("completion_tokens") or 0)))
+            completion_tokens = usage.get("completion_tokens") or 0
+            usage.update(usage_fields(rate, work.finish(share, completion_tokens)))
         return event
 
     try:
         async for item in stream:
             if _is_streamed(item):
+                first_at = first_at or time.monotonic()
                 work.first_token(share)
                 if not closed:
                     item = [map_events(p, price) if isinstance(p, str) else p for p in item] \
@@ -106,4 +114,8 @@ async def metered(
             # No usage came (an error, a client that left): the busy time it held is still
             # charged to it, so the replica's requests keep adding up to its busy time.
             work.finish(share, 0, learn=False)
+        elif latency is not None and first_at is not None:
+            ended = time.monotonic()
+            latency.record(first_at - started,
+                           (ended - first_at) / (completion_tokens - 1) if completion_tokens > 1 else None)
         activity.end()

@@ -10,6 +10,7 @@ from ray.serve.config import BackpressureConfig
 from ray.serve.deployment import Application
 
 from cluster.pricing import pool_rates, resolve_catalog
+from autoscaling.serve_config import serve_autoscaling_config
 from deployments.pool import build_pool_deployment, llm_config_for_pool
 from deployments.tenants import TenantDirectory
 from serve_app.config import DEFAULT_CONFIG_PATH, TrilemmaConfig
@@ -25,8 +26,9 @@ def build_app(
     source = model_source or resolve_model_source(config.model.source)
     in_use = sorted({pool.accelerator for pool in config.pools.values()})
     rates = pool_rates(config, resolve_catalog(config.costs, in_use))
+    prices = {name: rate.usd_per_hour for name, rate in rates.items()}
     llm_configs = {
-        name: llm_config_for_pool(name, pool, config.model, source)
+        name: llm_config_for_pool(name, pool, config.model, source, serve_autoscaling_config(config, name, prices))
         for name, pool in config.pools.items()
     }
     pools = {

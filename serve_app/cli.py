@@ -10,6 +10,7 @@ import time
 
 from bench.cli import add_commands as add_bench_commands
 from serve_app.config import DEFAULT_CONFIG_PATH, ConfigError, TrilemmaConfig
+from serve_app.autoscale_cli import add_commands as add_autoscale_commands
 from serve_app.cost_cli import add_commands as add_cost_commands
 from serve_app.model_store import resolve_model_source
 
@@ -36,6 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     add.set_defaults(func=_add_tenant)
     add_bench_commands(commands)
     add_cost_commands(commands)
+    add_autoscale_commands(commands)
     argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
     args.argv = argv  # results record the command that made them

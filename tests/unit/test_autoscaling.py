@@ -145,3 +145,20 @@ def test_bounds_and_shrink_order_come_from_the_config():
     assert bounds["short"] == PoolBounds(1, 3, slo_ttft_s=0.5, slo_tpot_s=0.1)
     assert (bounds["long"].min_replicas, bounds["long"].max_replicas) == (1, 1)  # unlisted: fixed
     assert shrink_order(config) == ["long", "short"]
+
+
+def test_only_listed_pools_of_an_enabled_config_get_rays_autoscaling_with_our_policy():
+    from autoscaling.serve_config import POLICY_PATH, serve_autoscaling_config
+
+    raw = TrilemmaConfig.from_yaml(DEFAULT_CONFIG_PATH).model_dump()
+    raw["autoscaling"]["pools"] = {"short": {"min_replicas": 1, "max_replicas": 3}}
+    prices = {"short": 0.05, "long": 0.05}
+    assert serve_autoscaling_config(TrilemmaConfig.from_dict(raw), "short", prices) is None  # not enabled
+    raw["autoscaling"]["enabled"] = True
+    config = TrilemmaConfig.from_dict(raw)
+    assert serve_autoscaling_config(config, "long", prices) is None  # not listed: fixed replicas
+    serve = serve_autoscaling_config(config, "short", prices)
+    assert (serve["min_replicas"], serve["max_replicas"], serve["initial_replicas"]) == (1, 3, 1)
+    assert serve["policy"]["policy_function"] == POLICY_PATH
+    assert serve["policy"]["policy_kwargs"]["pool"] == "short"
+    assert TrilemmaConfig.from_dict(serve["policy"]["policy_kwargs"]["config"]) == config
