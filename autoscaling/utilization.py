@@ -20,7 +20,7 @@ class UtilizationPolicy(ScalingPolicy, name="utilization"):
         for pool, signals in fleet.signals.items():
             bounds, current = fleet.bounds[pool], plan[pool]
             pool_state = state.pool(pool)
-            idle = signals.requests_per_s == 0 and not signals.waiting
+            idle = signals.requests_per_s == 0 and not signals.waiting and not signals.utilization
             if idle:
                 pool_state.idle_since = pool_state.idle_since if pool_state.idle_since is not None else fleet.now
             elif signals.requests_per_s is not None:

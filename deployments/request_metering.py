@@ -77,8 +77,8 @@ async def metered(
     arrived_at: float | None = None,
 ) -> AsyncGenerator[Any, None]:
     """Yields `stream`'s items unchanged except for the final usage, which gains the cost.
-    A streamed request that completes also lands its TTFT (from `arrived_at`, its arrival at
-    the replica, queueing included) and TPOT in `latency`."""
+    A request that completes is counted in `latency`, with its TTFT (from `arrived_at`, its
+    arrival at the replica, queueing included) and TPOT when it was streamed."""
     activity.begin()
     share = work.start(prompt_tokens)
     closed = False
@@ -114,8 +114,11 @@ async def metered(
             # No usage came (an error, a client that left): the busy time it held is still
             # charged to it, so the replica's requests keep adding up to its busy time.
             work.finish(share, 0, learn=False)
-        elif latency is not None and first_at is not None:
+        elif latency is not None:
+            # A whole (non-streamed) response has no first-token time; it still counts as served.
             ended = time.monotonic()
-            latency.record(first_at - started,
-                           (ended - first_at) / (completion_tokens - 1) if completion_tokens > 1 else None)
+            latency.record(
+                first_at - started if first_at is not None else None,
+                (ended - first_at) / (completion_tokens - 1) if first_at is not None and completion_tokens > 1 else None,
+            )
         activity.end()

@@ -162,3 +162,12 @@ def test_only_listed_pools_of_an_enabled_config_get_rays_autoscaling_with_our_po
     assert serve["policy"]["policy_function"] == POLICY_PATH
     assert serve["policy"]["policy_kwargs"]["pool"] == "short"
     assert TrilemmaConfig.from_dict(serve["policy"]["policy_kwargs"]["config"]) == config
+
+
+def test_a_pool_whose_engine_is_busy_is_not_idle_whatever_its_counted_rate():
+    busy = _signals("long", replicas=1, requests_per_s=0.0, utilization=0.6, ttft_p99_s=None)
+    state = AutoscalerState()
+    for now in (1000.0, 2000.0):
+        step, _ = _step([busy], state=state, now=now)
+        assert step.decisions["long"].target == 1
+    assert state.pool("long").idle_since is None
