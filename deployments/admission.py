@@ -62,13 +62,8 @@ class AdmissionPolicy:
 
     @classmethod
     def from_config(cls, config: AdmissionConfig, max_in_engine: int) -> AdmissionPolicy:
-        try:
-            policy_cls = cls.registry[config.policy]
-        except KeyError:
-            raise ValueError(
-                f"unknown admission policy {config.policy!r}; known: {sorted(cls.registry)}"
-            ) from None
-        return policy_cls(config, max_in_engine)
+        # The config's `policy` is one of the registered names; the config model checks it.
+        return cls.registry[config.policy](config, max_in_engine)
 
     def decide(self, priority: int, state: QueueState) -> AdmissionDecision:
         if state.in_engine < self.max_in_engine and not state.waiting:

@@ -108,12 +108,18 @@ async def test_the_queue_serves_the_most_urgent_first_and_fifo_within_a_class():
     assert (queue.in_engine, queue.waiting) == (0, 0)
 
 
-async def test_a_full_queue_evicts_the_least_urgent_waiter_with_a_429_reason():
-    queue, shed = _queue(AdmissionPolicy.from_config(AdmissionConfig(max_queued=2), max_in_engine=1))
+async def _one_running(max_queued: int):
+    """A queue whose single engine slot a real-time request holds until `release` is set."""
+    queue, shed = _queue(AdmissionPolicy.from_config(AdmissionConfig(max_queued=max_queued), max_in_engine=1))
     release = asyncio.Event()
     order: list[int] = []
     running = asyncio.create_task(_hold(queue, 0, order, release))
     await asyncio.sleep(0)
+    return queue, shed, release, order, running
+
+
+async def test_a_full_queue_evicts_the_least_urgent_waiter_with_a_429_reason():
+    queue, shed, release, order, running = await _one_running(max_queued=2)
     waiting_batch = asyncio.create_task(_hold(queue, 1, order, release))
     waiting_chat = asyncio.create_task(_hold(queue, 0, order, release))
     await asyncio.sleep(0)
@@ -131,11 +137,7 @@ async def test_a_full_queue_evicts_the_least_urgent_waiter_with_a_429_reason():
 
 
 async def test_a_cancelled_waiter_leaves_the_queue_and_frees_nothing_it_did_not_hold():
-    queue, _ = _queue(AdmissionPolicy.from_config(AdmissionConfig(max_queued=4), max_in_engine=1))
-    release = asyncio.Event()
-    order: list[int] = []
-    running = asyncio.create_task(_hold(queue, 0, order, release))
-    await asyncio.sleep(0)
+    queue, _, release, order, running = await _one_running(max_queued=4)
     waiter = asyncio.create_task(_hold(queue, 2, order, release))
     await asyncio.sleep(0)
     assert queue.waiting == 1
@@ -168,11 +170,7 @@ async def test_retry_after_grows_with_the_work_ahead():
 
 async def test_a_cancelled_waiter_is_never_the_one_evicted():
     # A full queue (4: one batch, three real-time) whose batch waiter's client has just gone.
-    queue, shed = _queue(AdmissionPolicy.from_config(AdmissionConfig(max_queued=4), max_in_engine=1))
-    release = asyncio.Event()
-    order: list[int] = []
-    running = asyncio.create_task(_hold(queue, 0, order, release))
-    await asyncio.sleep(0)
+    queue, shed, release, order, running = await _one_running(max_queued=4)
     leaving = asyncio.create_task(_hold(queue, 3, order, release))
     staying = [asyncio.create_task(_hold(queue, 0, order, release)) for _ in range(3)]
     await asyncio.sleep(0)

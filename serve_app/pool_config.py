@@ -1,0 +1,172 @@
+"""A pool's config: its engine, hardware, price, admission queue and replica choice."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, NonNegativeFloat, PositiveInt, model_validator
+
+from serve_app.config_base import StrictModel
+
+# Settings with a field of their own; repeating them in engine_kwargs would give two truths.
+_OWNED_ENGINE_KWARGS = ("max_model_len", "max_num_seqs", "quantization")
+# Real-time, quality, cost, batch: each class below may fill less of a replica's queue.
+DEFAULT_QUEUE_SHARE = {0: 1.0, 1: 0.75, 2: 0.5, 3: 0.25}
+# Arrivals a replica with a full queue can decide at once; more wait at the caller.
+ARRIVAL_HEADROOM = 16
+REPLICA_ROUTERS = {
+    "least_loaded": "deployments.replica_router:LeastLoadedRouter",
+    "prefix_cache_affinity": "ray.serve.llm.request_router:PrefixCacheAffinityRouter",
+}
+
+
+class AdmissionConfig(StrictModel):
+    policy: Literal["priority", "fifo"] = Field(
+        "priority",
+        description="`priority`: lower classes are shed first and a full queue sheds a less "
+        "urgent waiting request before a more urgent arrival; `fifo`: one line, its end shed.",
+    )
+    max_in_engine: PositiveInt | None = Field(
+        None,
+        description="Requests one replica hands its engine at once (running or in the engine's "
+        "own waiting list); the rest wait in the replica's priority queue. Null: 2 x max_num_seqs.",
+    )
+    max_queued: int = Field(
+        32, ge=0, description="Requests one replica holds in its queue before it sheds (429).",
+    )
+    queue_share: dict[int, float] = Field(
+        default_factory=lambda: dict(DEFAULT_QUEUE_SHARE),
+        description="By scenario priority: the fraction of max_queued that priority may fill "
+        "before its requests are shed. Every scenario's priority must be listed.",
+    )
+
+    @model_validator(mode="after")
+    def _shares_are_fractions(self) -> AdmissionConfig:
+        bad = {priority: share for priority, share in self.queue_share.items() if not 0 <= share <= 1}
+        if bad:
+            raise ValueError(f"queue_share values must be within [0, 1]; got {bad}")
+        if not self.queue_share:
+            raise ValueError("queue_share must list at least one priority")
+        return self
+
+
+class PoolConfig(StrictModel):
+    role: Literal["short", "long"] = Field(
+        description="Which requests the pool is for: `short` context (low latency) or `long`."
+    )
+    max_model_len: PositiveInt = Field(description="Longest prompt + completion, in tokens.")
+    max_num_seqs: PositiveInt = Field(description="Most sequences one engine batches at once.")
+    replicas: PositiveInt = Field(1, description="Engine replicas in the pool.")
+    max_ongoing_requests: PositiveInt | None = Field(
+        None,
+        description="Requests one replica accepts at once (in its engine, its queue, and arrivals "
+        "being decided) before Serve queues them at the caller. "
+        "Null: admission.max_in_engine + 2 x admission.max_queued (at least 16 for arrivals).",
+    )
+    accelerator: str = Field(
+        "cpu",
+        description="`cpu`, or the Ray accelerator type of the GPUs (e.g. `H100`, `H200`, `L4`).",
+    )
+    resources: dict[str, float] = Field(
+        default_factory=lambda: {"CPU": 1.0},
+        description="Ray resources one CPU engine reserves (its placement-group bundle). "
+        "GPU pools derive theirs from `accelerator`, `gpu_fraction` and the engine's parallelism.",
+    )
+    gpu_fraction: float | None = Field(
+        None, gt=0, le=1,
+        description="Share of one GPU a replica takes, for pools that share a GPU (set "
+        "engine_kwargs.gpu_memory_utilization to match); null: whole GPUs, tensor x pipeline parallel.",
+    )
+    quantization: str | None = Field(
+        None, description="vLLM quantization method (e.g. `fp8`, `awq`); null for full precision."
+    )
+    purchase: Literal["on_demand", "spot"] = Field(
+        "on_demand", description="How the pool's machines are bought; picks the catalog price."
+    )
+    price_usd_per_hour: NonNegativeFloat | None = Field(
+        None,
+        description="Hardware price of one replica per hour, overriding the price catalog "
+        "(`accelerator` x units x the `purchase` price); energy and premium still apply.",
+    )
+    admission: AdmissionConfig = Field(
+        default_factory=AdmissionConfig, description="Each replica's bounded priority queue."
+    )
+    replica_router: Literal["least_loaded", "prefix_cache_affinity"] = Field(
+        "least_loaded",
+        description="How Ray Serve picks a replica within the pool: `least_loaded` (fewest "
+        "requests), or `prefix_cache_affinity` (Ray's PrefixCacheAffinityRouter: the replica "
+        "whose cache likely holds the prompt's prefix while loads are balanced).",
+    )
+    replica_router_kwargs: dict[str, Any] = Field(
+        default_factory=dict, description="Arguments of the replica router "
+        "(e.g. `imbalanced_threshold` for prefix_cache_affinity).",
+    )
+    engine_kwargs: dict[str, Any] = Field(
+        default_factory=dict, description="Further vLLM engine arguments, passed through as given."
+    )
+    env: dict[str, str] = Field(
+        default_factory=dict, description="Environment variables of the engine processes."
+    )
+
+    @model_validator(mode="after")
+    def _engine_kwargs_do_not_shadow_fields(self) -> PoolConfig:
+        shadowed = sorted(set(self.engine_kwargs) & set(_OWNED_ENGINE_KWARGS))
+        if shadowed:
+            raise ValueError(f"engine_kwargs must not set {shadowed}: use the pool's own fields")
+        return self
+
+    @model_validator(mode="after")
+    def _gpu_fraction_fits(self) -> PoolConfig:
+        if self.gpu_fraction is not None:
+            if self.is_cpu:
+                raise ValueError("gpu_fraction is for GPU pools; this pool's accelerator is cpu")
+            if self.units_of_parallelism > 1:
+                raise ValueError("gpu_fraction needs a single-GPU engine (tensor and pipeline parallel 1)")
+        return self
+
+    @model_validator(mode="after")
+    def _replica_takes_its_queue(self) -> PoolConfig:
+        # Beyond max_ongoing_requests Ray queues at the caller, first come first served, where
+        # priorities cannot reorder anything; an arrival at a full queue must reach the replica
+        # to take a less urgent request's place.
+        needed = self.max_in_engine + self.admission.max_queued + 1
+        if self.max_ongoing_requests is not None and self.max_ongoing_requests < needed:
+            raise ValueError(
+                f"max_ongoing_requests ({self.max_ongoing_requests}) must be at least "
+                f"admission.max_in_engine + admission.max_queued + 1 ({needed})"
+            )
+        return self
+
+    @property
+    def max_in_engine(self) -> int:
+        return self.admission.max_in_engine or 2 * self.max_num_seqs
+
+    @property
+    def ongoing_limit(self) -> int:
+        """Requests Ray lets into one replica: its engine's, its queue, and room for arrivals
+        at a full queue to be decided there (shed at once, or placed for a less urgent one)."""
+        if self.max_ongoing_requests is not None:
+            return self.max_ongoing_requests
+        queued = self.admission.max_queued
+        return self.max_in_engine + queued + max(ARRIVAL_HEADROOM, queued)
+
+    @property
+    def is_cpu(self) -> bool:
+        return self.accelerator.lower() == "cpu"
+
+    @property
+    def units(self) -> float:
+        """Accelerator units one replica holds: its vCPUs, or its GPUs (tensor x pipeline
+        parallel); what the catalog's per-unit prices multiply."""
+        if self.is_cpu:
+            return self.resources.get("CPU", 1.0)
+        return self.gpu_fraction or float(self.units_of_parallelism)
+
+    @property
+    def units_of_parallelism(self) -> int:
+        return (int(self.engine_kwargs.get("tensor_parallel_size", 1))
+                * int(self.engine_kwargs.get("pipeline_parallel_size", 1)))
+
+    @property
+    def uses_priority_scheduling(self) -> bool:
+        return self.engine_kwargs.get("scheduling_policy") == "priority"
