@@ -6,8 +6,8 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 # The keys a pool replica reports through `record_autoscaling_stats()`.
-STAT_KEYS = ("ttft_p99_s", "tpot_p99_s", "waiting", "running", "kv_cache_usage", "tokens_per_s",
-             "utilization", "requests_per_s", "usd_per_hour")
+STAT_KEYS = ("ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s", "waiting", "running",
+             "kv_cache_usage", "tokens_per_s", "utilization", "requests_per_s", "usd_per_hour", "max_in_engine")
 
 
 @dataclass(frozen=True)
@@ -23,6 +23,11 @@ class PoolSignals:
     requests_per_s: float | None = None  # the pool's total
     waiting: float | None = None  # requests queued, all replicas
     usd_per_hour: float | None = None  # one replica's price
+    ttft_p50_s: float | None = None  # the worst replica's median
+    tpot_p50_s: float | None = None
+    running: float | None = None  # requests in the engines, all replicas
+    kv_cache_usage: float | None = None  # the fullest replica's KV cache, 0 to 1
+    tokens_per_s: float | None = None  # output tokens, the pool's total
 
     @classmethod
     def from_replica_stats(cls, pool: str, replicas: int, stats: list[Mapping[str, Any]]) -> PoolSignals:
@@ -43,4 +48,6 @@ class PoolSignals:
 
         return cls(pool=pool, replicas=replicas, ttft_p99_s=worst("ttft_p99_s"), tpot_p99_s=worst("tpot_p99_s"),
                    utilization=mean("utilization"), requests_per_s=total("requests_per_s"),
-                   waiting=total("waiting"), usd_per_hour=mean("usd_per_hour"))
+                   waiting=total("waiting"), usd_per_hour=mean("usd_per_hour"), ttft_p50_s=worst("ttft_p50_s"),
+                   tpot_p50_s=worst("tpot_p50_s"), running=total("running"), kv_cache_usage=worst("kv_cache_usage"),
+                   tokens_per_s=total("tokens_per_s"))

@@ -41,10 +41,14 @@ class UtilizationPolicy(ScalingPolicy, name="utilization"):
                 continue
             if signals.utilization >= fleet.config.utilization_floor or not self._latency_is_safe(fleet, pool):
                 continue
+            quiet_below = bounds.scale_down_below_requests_per_s
+            if quiet_below is not None and (signals.requests_per_s is None or signals.requests_per_s >= quiet_below):
+                continue
             decisions.append(ScalingDecision(
                 pool, current, current - 1, self.name,
                 f"engines busy {signals.utilization:.0%} of the time, under the "
-                f"{fleet.config.utilization_floor:.0%} floor",
+                f"{fleet.config.utilization_floor:.0%} floor"
+                + ("" if quiet_below is None else f", at {signals.requests_per_s:.2f} req/s (under {quiet_below:g})"),
             ))
         return decisions
 

@@ -142,7 +142,7 @@ def test_bounds_and_shrink_order_come_from_the_config():
     raw["autoscaling"]["pools"] = {"short": {"min_replicas": 1, "max_replicas": 3}}
     config = TrilemmaConfig.from_dict(raw)
     bounds = pool_bounds(config)
-    assert bounds["short"] == PoolBounds(1, 3, slo_ttft_s=0.5, slo_tpot_s=0.1)
+    assert bounds["short"] == PoolBounds(1, 3, slo_ttft_s=0.5, slo_tpot_s=0.1, max_in_engine=16)
     assert (bounds["long"].min_replicas, bounds["long"].max_replicas) == (1, 1)  # unlisted: fixed
     assert shrink_order(config) == ["long", "short"]
 
