@@ -85,7 +85,10 @@ class PoolScalingPolicy:
         replicas = {replica for values in metrics.values() for replica in values}
         stats = [{key: metrics[key][replica] for key in STAT_KEYS if replica in metrics.get(key, {})}
                  for replica in replicas]
-        signals = PoolSignals.from_replica_stats(self._pool, ctx.current_num_replicas, stats)
+        # Decisions start from the target, not the running count: replicas still starting are
+        # already decided (and paid for), and a restarted controller counts no running replica
+        # until it has found them again, which must not read as a pool below its minimum.
+        signals = PoolSignals.from_replica_stats(self._pool, ctx.target_num_replicas, stats)
         queued = ctx.total_queued_requests or 0.0  # requests waiting at the callers, for no replica
         return dataclasses.replace(signals, waiting=(signals.waiting or 0.0) + queued if queued else signals.waiting,
                                    usd_per_hour=signals.usd_per_hour or self._usd_per_hour)

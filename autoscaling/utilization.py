@@ -39,22 +39,30 @@ class UtilizationPolicy(ScalingPolicy, name="utilization"):
             floor = max(bounds.min_replicas, 1)
             if signals.utilization is None or current <= floor:
                 continue
-            if signals.utilization >= fleet.config.utilization_floor or not self._latency_is_safe(fleet, pool):
+            if signals.utilization >= fleet.config.utilization_floor:
+                continue
+            under = (f"engines busy {signals.utilization:.0%} of the time, under the "
+                     f"{fleet.config.utilization_floor:.0%} floor")
+            unsafe = self._unsafe_latency(fleet, pool)
+            if unsafe:
+                decisions.append(ScalingDecision(pool, current, current, self.name, f"{under}, but {unsafe}: holding"))
                 continue
             quiet_below = bounds.scale_down_below_requests_per_s
             if quiet_below is not None and (signals.requests_per_s is None or signals.requests_per_s >= quiet_below):
                 continue
             decisions.append(ScalingDecision(
                 pool, current, current - 1, self.name,
-                f"engines busy {signals.utilization:.0%} of the time, under the "
-                f"{fleet.config.utilization_floor:.0%} floor"
-                + ("" if quiet_below is None else f", at {signals.requests_per_s:.2f} req/s (under {quiet_below:g})"),
+                under + ("" if quiet_below is None else f", at {signals.requests_per_s:.2f} req/s (under {quiet_below:g})"),
             ))
         return decisions
 
     @staticmethod
-    def _latency_is_safe(fleet: Fleet, pool: str) -> bool:
+    def _unsafe_latency(fleet: Fleet, pool: str) -> str | None:
+        """Why the pool's latency is not yet far enough inside its SLO to give a replica away."""
         signals, bounds = fleet.signals[pool], fleet.bounds[pool]
         line = fleet.config.latency_headroom * SAFE_FRACTION_OF_HEADROOM
-        checks = ((signals.ttft_p99_s, bounds.slo_ttft_s), (signals.tpot_p99_s, bounds.slo_tpot_s))
-        return all(value is None or not slo or value / slo <= line for value, slo in checks)
+        for metric, value, slo in (("TTFT", signals.ttft_p99_s, bounds.slo_ttft_s),
+                                   ("TPOT", signals.tpot_p99_s, bounds.slo_tpot_s)):
+            if value is not None and slo and value / slo > line:
+                return f"{metric} p99 {value * 1000:.0f} ms is {value / slo:.0%} of its SLO (over {line:.0%})"
+        return None

@@ -41,6 +41,8 @@ ADMITTED_METHODS = ("chat", "completions")
 # How often a replica adds its busy and idle time to the metrics; Ray exports them on its own
 # schedule, so finer would not make the counters fresher.
 ACTIVITY_EXPORT_INTERVAL_S = 2.0
+# How often a replica looks for the engine concurrency the autoscaler set for its pool.
+CONCURRENCY_READ_INTERVAL_S = 1.0
 
 
 class PoolServer(LLMServer):
@@ -77,6 +79,7 @@ class PoolServer(LLMServer):
         self._latency = LatencyWindow(AUTOSCALING_WINDOW_S)
         self._last_reported = self._activity.snapshot()
         self._kv_cache = KvCacheProbe.attach(self.engine)
+        self._concurrency_read_at = float("-inf")
         self._metrics_task = asyncio.create_task(self._export_activity())
 
     async def _export_activity(self) -> None:
@@ -157,8 +160,10 @@ class PoolServer(LLMServer):
         """Applies the engine concurrency the autoscaler's rule left on the control board,
         within the bounds this replica was deployed with."""
         base, ceiling = self._max_in_engine
-        if ceiling == base:
+        # Ray asks for stats several times per decision period; once a second is fresh enough.
+        if ceiling == base or time.monotonic() - self._concurrency_read_at < CONCURRENCY_READ_INTERVAL_S:
             return
+        self._concurrency_read_at = time.monotonic()
         key = concurrency_key(serve.get_replica_context().app_name, self._pool_name)
         try:
             directive = await asyncio.to_thread(RayControlBoard().get, key)
@@ -179,6 +184,9 @@ class PoolServer(LLMServer):
             **self._activity.snapshot().to_dict(),
             "prefill_s_per_token": self._work.prefill_s_per_token,
             "decode_s_per_token": self._work.decode_s_per_token,
+            "max_in_engine": self._admission.max_in_engine,
+            "in_engine": self._admission.in_engine,
+            "waiting": self._admission.waiting,
         }
 
     async def _warm_up(self) -> None:

@@ -39,7 +39,7 @@ def _step(signals: list[PoolSignals], config=EAGER, state=None, now=1000.0):
         ({"ttft_p99_s": 0.39}, 1, 1, "hold", "within SLOs"),
         # Utilization: idle engines give a replica back, only while latency is well inside the SLO.
         ({"utilization": 0.1}, 3, 2, "utilization", "engines busy 10% of the time, under the 20% floor"),
-        ({"utilization": 0.1, "ttft_p99_s": 0.3}, 3, 3, "hold", "within SLOs"),
+        ({"utilization": 0.1, "ttft_p99_s": 0.3}, 3, 3, "utilization", "but TTFT p99 300 ms is 60% of its SLO (over 40%): holding"),
         ({"utilization": 0.1}, 1, 1, "hold", "within SLOs"),  # min_replicas
         # Missing metrics: hold.
         ({"ttft_p99_s": None, "tpot_p99_s": None, "utilization": None}, 2, 2, "hold", "no metrics from pool short"),
