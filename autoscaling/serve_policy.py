@@ -47,7 +47,7 @@ class PoolScalingPolicy:
     _fleets: ClassVar[dict[str, dict[str, PoolSignals]]] = {}
 
     def __init__(self, config: dict[str, Any], pool: str, usd_per_hour: dict[str, float],
-                 board: ControlBoard | None = None) -> None:
+                 board: ControlBoard | None = None, export_metrics: bool = True) -> None:
         self._config = TrilemmaConfig.from_dict(config, source="autoscaling policy")
         self._pool = pool
         self._usd_per_hour = usd_per_hour[pool]  # the catalog's, for a pool with no replica to say
@@ -59,6 +59,7 @@ class PoolScalingPolicy:
         self._recent: list[dict[str, Any]] | None = None  # read from the board on the first call
         self._published: dict[str, Any] = {}
         self._metrics = None
+        self._export_metrics = export_metrics  # off where no Ray runs (the simulator)
 
     def __call__(self, ctx: Any) -> tuple[int, dict[str, Any]]:
         now = ctx.current_time or time.time()
@@ -91,7 +92,8 @@ class PoolScalingPolicy:
         signals = PoolSignals.from_replica_stats(self._pool, ctx.target_num_replicas, stats)
         queued = ctx.total_queued_requests or 0.0  # requests waiting at the callers, for no replica
         return dataclasses.replace(signals, waiting=(signals.waiting or 0.0) + queued if queued else signals.waiting,
-                                   usd_per_hour=signals.usd_per_hour or self._usd_per_hour)
+                                   usd_per_hour=signals.usd_per_hour or self._usd_per_hour,
+                                   serving=ctx.current_num_replicas)
 
     def _read(self, key: str) -> Any | None:
         try:
@@ -133,7 +135,8 @@ class PoolScalingPolicy:
                         or self._published.get(key) != value:
                     self._board.put(key, value)
                     self._published[key] = value
-            self._record_metric(decision)
+            if self._export_metrics:
+                self._record_metric(decision)
         except Exception as error:  # explaining must never stop scaling
             logger.warning("could not export the autoscaling decision of %s: %r", self._pool, error)
 

@@ -137,7 +137,7 @@ class PoolServer(LLMServer):
     async def record_autoscaling_stats(self) -> dict[str, float]:
         """What the autoscaler reads from this replica (Ray Serve calls it periodically):
         recent p50/p99 TTFT and TPOT, requests and tokens per second, the engine's busy
-        fraction since the last call, its queue and KV cache, and its price
+        fraction and batch occupancy since the last call, its queue and KV cache, and its price
         (autoscaling.signals.STAT_KEYS). The same call picks up the engine concurrency the
         autoscaler set for the pool."""
         if not hasattr(self, "_activity"):  # still warming up
@@ -146,12 +146,17 @@ class PoolServer(LLMServer):
         now = self._activity.snapshot()
         wall = now.wall_s - self._last_reported.wall_s
         utilization = (now.busy_s - self._last_reported.busy_s) / wall if wall > 0 else None
+        batch = self._llm_config.engine_kwargs.get("max_num_seqs")
+        occupancy = (now.request_s - self._last_reported.request_s) / (batch * wall) if wall > 0 and batch else None
         self._last_reported = now
         stats = {**self._latency.stats(), "waiting": float(self._admission.waiting),
                  "running": float(self._admission.in_engine), "usd_per_hour": self._rate.usd_per_hour,
                  "max_in_engine": float(self._admission.max_in_engine)}
         if utilization is not None:
             stats["utilization"] = utilization
+        if occupancy is not None:
+            # Requests beyond the batch wait in the engine's queue: a full batch is full.
+            stats["batch_occupancy"] = min(1.0, occupancy)
         if self._kv_cache is not None and self._kv_cache.usage is not None:
             stats["kv_cache_usage"] = self._kv_cache.usage
         return stats

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, model_validator
 
 from serve_app.config_base import StrictModel
@@ -63,6 +65,10 @@ class AutoscalingConfig(StrictModel):
     )
     utilization_floor: float = Field(
         0.2, ge=0, lt=1, description="Scale down when engines are busier than this for less of the time.",
+    )
+    utilization_measure: Literal["batch_occupancy", "busy_fraction"] = Field(
+        "batch_occupancy", description="What the floor applies to: the share of the engines' batch slots in use "
+        "(a batching engine busy with one request is mostly idle), or the share of time they had any request.",
     )
     budget_usd_per_hour: NonNegativeFloat | None = Field(
         None, description="Most the pools' replicas may cost per hour together; null: no budget.",
