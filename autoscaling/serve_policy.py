@@ -39,7 +39,7 @@ from serve_app.config import TrilemmaConfig
 
 logger = logging.getLogger("ray.serve")
 
-DECISIONS_KEPT = 20
+DECISIONS_KEPT = 100  # changes and folded repeats: an hour of a busy pool at the default period
 _STATE_KEY = "trilemma"
 
 

@@ -35,6 +35,10 @@ def _replica_counts(app: str, deployment: str) -> tuple[int, int]:
     return sum(counts.values()), counts.get("RUNNING", 0)
 
 
+def _decisions(app: str, pool: str) -> list[dict[str, Any]]:
+    return read_decisions(app, [pool])[pool]
+
+
 def _rolling_p99(records: list[RequestRecord], now: float) -> float | None:
     recent = [r.ttft_s for r in records if r.ttft_s is not None and now - ROLLING_S < r.started_s + r.ttft_s <= now]
     return percentile(recent, 99) if recent else None
@@ -53,12 +57,16 @@ async def run_live(config: TrilemmaConfig, url: str, model: str, pool: str, phas
     wall_started = time.time()
     done = asyncio.Event()
 
+    seen: dict[float, dict[str, Any]] = {}  # decisions by time: the board keeps only the latest
+
     async def sample() -> None:
         while not done.is_set():
             now = time.perf_counter() - started
             paid, serving = await asyncio.to_thread(_replica_counts, config.app_name, deployment)
             timeline.append({"t": now, "replicas": paid, "serving": serving,
                              "ttft_p99_s": _rolling_p99(records, now), "usd_per_hour": paid * usd_per_hour})
+            if len(timeline) % 5 == 0:
+                seen.update((d["at"], d) for d in await asyncio.to_thread(_decisions, config.app_name, pool))
             await asyncio.sleep(1.0)
 
     async def send(session: aiohttp.ClientSession, at: float, prompt) -> None:
@@ -74,8 +82,9 @@ async def run_live(config: TrilemmaConfig, url: str, model: str, pool: str, phas
         await asyncio.sleep(max(0.0, end - (time.perf_counter() - started)))
     done.set()
     await sampler
+    seen.update((d["at"], d) for d in _decisions(config.app_name, pool))
     decisions = [{**d, "at": d["at"] - wall_started, **({"until": d["until"] - wall_started} if "until" in d else {})}
-                 for d in read_decisions(config.app_name, [pool])[pool]]
+                 for _, d in sorted(seen.items())]
     return {"records": records, "timeline": timeline, "decisions": [d for d in decisions if d["at"] >= 0]}
 
 
