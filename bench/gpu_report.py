@@ -78,10 +78,72 @@ def write_gpu_report(folder: Path) -> Path:
     figure.tight_layout()
     figure.savefig(folder / "throughput.png", dpi=120)
     plt.close(figure)
-    lines += ["![output tokens/s](throughput.png)", "", "Made by `python -m bench.gpu_report`."]
+    lines += ["![output tokens/s](throughput.png)", ""]
+    lines += _isolation_section(folder) + _real_weights_section(folder)
+    lines += ["Made by `python -m bench.gpu_report`."]
     report = folder / "report.md"
     report.write_text("\n".join(lines) + "\n")
     return report
+
+
+ISOLATION_PHASES = {
+    "split_short_only": "split pools, short chat alone",
+    "split_mixed": "split pools + priority, long documents mixed in",
+    "shared_mixed": "one shared pool (FCFS), the same mix",
+    "split_overload": "split pools, overload",
+}
+
+
+def _isolation_section(folder: Path) -> list[str]:
+    run = _load(folder, "isolation-8b")
+    if run is None:
+        return []
+    ratios, phases = run["ratios"], run["phases"]
+    rows = []
+    for key, label in ISOLATION_PHASES.items():
+        if key not in phases:
+            continue
+        phase = phases[key]
+        shed = ", ".join(f"{name} {count}" for name, count in (phase.get("shed") or {}).items()) or "none"
+        rows.append(f"| {label} | {phase['short_ttft_ms']['p50']:.0f} | {phase['short_ttft_ms']['p99']:.0f} "
+                    f"| {phase['short_tpot_ms']['p50']:.1f} | {phase['all']['total_token_throughput_tps']:.0f} "
+                    f"| {phase['all']['succeeded']}/{phase['all']['requests']} | {shed} |")
+    figure, axis = plt.subplots(figsize=(8, 3))
+    shown = [key for key in ISOLATION_PHASES if key in phases and key != "split_overload"]
+    axis.barh([ISOLATION_PHASES[k] for k in shown], [phases[k]["short_ttft_ms"]["p99"] for k in shown],
+              color=["#444", "#88a", "#c63"][:len(shown)])
+    axis.set_xlabel("short chat TTFT p99 (ms)")
+    axis.invert_yaxis()
+    figure.tight_layout()
+    figure.savefig(folder / "isolation.png", dpi=120)
+    plt.close(figure)
+    return [
+        "## Isolation: short chat beside long documents", "",
+        "| phase | short TTFT p50 (ms) | short TTFT p99 (ms) | short TPOT p50 (ms) | total tok/s | ok/sent | shed (429) |",
+        "| --- | --- | --- | --- | --- | --- | --- |", *rows, "",
+        f"- Short p99 TTFT, mixed over alone: {ratios['mixed_over_alone_p99']:.2f} (target at most 1.5).",
+        f"- Short p99 TTFT, shared pool over split: {ratios['shared_over_split_p99']:.2f} (target at least 3).",
+        f"- Total tokens/s, split over shared: {ratios['throughput_split_over_shared']:.3f} (target at least 0.9).",
+        f"- Long documents' share of the mixed load's prompt tokens: {ratios['long_prompt_token_share']:.0%}.", "",
+        "![short chat TTFT p99](isolation.png)", "",
+        f"Command (both arms; `isolation-8b-split.json` holds the first): `{run['command']}`", "",
+    ]
+
+
+def _real_weights_section(folder: Path) -> list[str]:
+    run = _load(folder, "real-weights-h200")
+    if run is None:
+        return []
+    rows = [f"| {check['name']} | {'ok' if check['ok'] else 'missing'} | {check['text']!r} |" for check in run["checks"]]
+    agreement = run.get("agreement_with")
+    return [
+        "## Real weights", "",
+        "SmolLM2-135M-Instruct's real weights, converted from the embedded GGUF as `make serve` does, greedy:", "",
+        "| check | expected words | answer |", "| --- | --- | --- |", *rows, "",
+        *([f"Leading tokens shared with `{agreement['run']}`: {agreement['leading_tokens_shared']}.", ""]
+          if agreement else []),
+        f"Command: `{run['command']}`", "",
+    ]
 
 
 if __name__ == "__main__":
