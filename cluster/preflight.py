@@ -18,12 +18,14 @@ from serve_app.config_base import StrictModel
 Clients = Callable[[str], Any]  # service name -> boto3 client of the checked region
 
 # EC2 counts running vCPUs per instance family and purchase against these quotas (Service
-# Quotas codes). P spot vCPUs, p5 and p5en included, count against L-7212CCBC.
+# Quotas codes). On demand, every P family shares one quota; on spot, P5 (p5, p5e, p5en) has
+# its own.
 QUOTAS: dict[tuple[str, str], tuple[str, str]] = {
     ("G", "on_demand"): ("L-DB2E81BA", "Running On-Demand G and VT instances"),
     ("G", "spot"): ("L-3819A6DF", "All G and VT Spot Instance Requests"),
     ("P", "on_demand"): ("L-417A185B", "Running On-Demand P instances"),
     ("P", "spot"): ("L-7212CCBC", "All P4, P3 and P2 Spot Instance Requests"),
+    ("P5", "spot"): ("L-C4BD4855", "All P5 Spot Instance Requests"),
     ("Standard", "on_demand"): ("L-1216C47A", "Running On-Demand Standard (A, C, D, H, I, M, R, T, Z) instances"),
     ("Standard", "spot"): ("L-34B43A08", "All Standard (A, C, D, H, I, M, R, T, Z) Spot Instance Requests"),
 }
@@ -72,11 +74,14 @@ def launched_types(launcher: dict[str, Any]) -> list[LaunchedType]:
     return list(merged.values())
 
 
-def quota_family(instance_type: str) -> str | None:
-    """`G` (g*, vt*), `P` (p*), `Standard`, or None for families with quotas of their own."""
+def quota_family(instance_type: str, purchase: str) -> str | None:
+    """`G` (g*, vt*), `P` (p*; `P5` for p5* on spot), `Standard`, or None for families with
+    quotas this check does not know."""
     family = instance_type.split(".", 1)[0].lower()
     if family.startswith(("g", "vt")):
         return "G"
+    if family.startswith("p5") and purchase == "spot":
+        return "P5"
     if family.startswith("p"):
         return "P"
     if family[0] in _STANDARD_FAMILIES:
@@ -103,24 +108,32 @@ def check_offerings(ec2: Any, region: str, launched: list[LaunchedType]) -> list
     return findings
 
 
+class QuotaUnknown(RuntimeError):
+    """Service Quotas gave no value for a quota; the message says what each call answered."""
+
+
 def quota_value(quotas: Any, code: str) -> float:
     """The account's applied value; AWS answers NoSuchResource for a quota never changed, whose
     value is then the default."""
-    from botocore.exceptions import ClientError
+    from botocore.exceptions import BotoCoreError, ClientError
 
     try:
         return float(quotas.get_service_quota(ServiceCode="ec2", QuotaCode=code)["Quota"]["Value"])
     except ClientError as error:
-        if error.response.get("Error", {}).get("Code") != "NoSuchResourceException":
-            raise
-    return float(quotas.get_aws_default_service_quota(ServiceCode="ec2", QuotaCode=code)["Quota"]["Value"])
+        applied = _short(error)
+        if _code(error) != "NoSuchResourceException":
+            raise QuotaUnknown(applied) from None
+    try:
+        return float(quotas.get_aws_default_service_quota(ServiceCode="ec2", QuotaCode=code)["Quota"]["Value"])
+    except (ClientError, BotoCoreError) as error:
+        raise QuotaUnknown(f"{applied}, then {_short(error)}") from None
 
 
 def check_quotas(quotas: Any, region: str, launched: list[LaunchedType]) -> list[Finding]:
     needed: dict[tuple[str, str], list[LaunchedType]] = defaultdict(list)
     findings = []
     for row in launched:
-        family = quota_family(row.instance_type)
+        family = quota_family(row.instance_type, row.purchase)
         if family is None:
             findings.append(Finding(check="quota", level="warning", message=(
                 f"{row.instance_type}: its family has a vCPU quota this check does not know; check it "
@@ -133,9 +146,9 @@ def check_quotas(quotas: Any, region: str, launched: list[LaunchedType]) -> list
         how = " + ".join(f"{row.max_nodes} x {row.instance_type} x {row.vcpus}" for row in rows)
         try:
             value = quota_value(quotas, code)
-        except Exception as error:  # any answer but a value: the quota is unknown, say so
+        except QuotaUnknown as error:
             findings.append(Finding(check="quota", level="problem", message=(
-                f"quota '{name}' ({code}) in {region} could not be read ({_short(error)}); the launcher "
+                f"quota '{name}' ({code}) in {region} could not be read ({error}); the launcher "
                 f"config needs {vcpus} vCPUs of it ({how}): check it in the Service Quotas console")))
             continue
         if value < vcpus:
@@ -207,5 +220,13 @@ def run_checks(launcher: dict[str, Any], clients: Clients, catalog: PriceCatalog
     return findings
 
 
+def _code(error: Exception) -> str:
+    return str(getattr(error, "response", {}).get("Error", {}).get("Code", ""))
+
+
 def _short(error: Exception) -> str:
-    return f"{type(error).__name__}: {' '.join(str(error).split())[:200]}"
+    """`GetServiceQuota: NoSuchResourceException`, or the error's class and first words."""
+    operation = getattr(error, "operation_name", None)
+    if operation and _code(error):
+        return f"{operation}: {_code(error)}"
+    return f"{type(error).__name__}: {' '.join(str(error).split())[:160]}"

@@ -103,8 +103,8 @@ def check_command(args: argparse.Namespace) -> int:
     for finding in findings:
         print(f"{finding.level.upper():8} {finding.check:11} {finding.message}")
     problems = sum(finding.level == "problem" for finding in findings)
-    print(f"{problems} problem(s) for {args.launcher} in {region}" if problems
-          else f"ready: {args.launcher} in {region}")
+    print(f"{problems} problem(s) for {_shown(args.launcher)} in {region}" if problems
+          else f"ready: {_shown(args.launcher)} in {region}")
     return 1 if problems else 0
 
 
