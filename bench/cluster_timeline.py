@@ -194,7 +194,7 @@ def run_timeline(config: TrilemmaConfig, peak: dict[str, int], idle_timeout_min:
                  "pools_by_type": {p.node_type.name: p.pools for p in plan.node_types}},
         "replica_bundles": {pool: options[pool]["placement_group_bundles"] for pool in options},
         "peak": peak, "idle_timeout_minutes": idle_timeout_min,
-        "wall_s": round(time.monotonic() - started, 1),
+        "wall_s": round(time.monotonic() - started, 1), "cpu_cores": os.cpu_count(),
         "phases": recorder.phases, "samples": recorder.samples,
     }
 
@@ -259,7 +259,7 @@ def markdown(result: dict[str, Any], png_name: str) -> str:
         "`trilemma cluster plan` chose for the pools below; each pool replica is a Serve deployment "
         "holding the placement group Ray Serve LLM builds for the real replica. "
         f"Idle timeout {result['idle_timeout_minutes']:g} min; peak replicas {result['peak']}; "
-        f"wall time {result['wall_s']:.0f} s.", "", "## Plan", "", "```", *result["plan"]["report"], "```", "",
+        f"{result.get('cpu_cores')} CPU cores; wall time {result['wall_s']:.0f} s, cluster start and stop included.", "", "## Plan", "", "```", *result["plan"]["report"], "```", "",
         "## Events", "", "| node type | pools | most nodes | first node up after its pools asked (s) "
         "| last node gone after their replicas (s) |", "| --- | --- | --- | --- | --- |",
     ]
