@@ -110,6 +110,7 @@ class FakeCluster:
         ]
         env = {**os.environ, **CLIENT_ENV, "RAY_FAKE_CLUSTER": "1",
                "AUTOSCALER_UPDATE_INTERVAL_S": str(AUTOSCALER_UPDATE_INTERVAL_S), **(extra_env or {})}
+        env.pop("RAY_ADDRESS", None)  # a cluster the caller joins elsewhere is not this one
         try:
             subprocess.run(command, env=env, check=True, capture_output=True, text=True, timeout=180)
         except subprocess.CalledProcessError as error:
@@ -162,13 +163,6 @@ class FakeCluster:
         if self.temp_dir:
             shutil.rmtree(self.temp_dir, ignore_errors=True)
         self.temp_dir = None
-
-    def __enter__(self) -> FakeCluster:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 def wait_until(predicate, timeout_s: float, interval_s: float = 0.5) -> bool:
