@@ -8,9 +8,10 @@ except a cut to meet the budget, which is made at once. Pools without metrics ho
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from autoscaling.bounds import PoolBounds
+from autoscaling.concurrency import ConcurrencyDecision, ConcurrencyRulePolicy
 from autoscaling.cost import CostPolicy
 from autoscaling.decision import ScalingDecision
 from autoscaling.latency import LatencyPolicy
@@ -25,11 +26,13 @@ DEFAULT_POLICIES = (LatencyPolicy, UtilizationPolicy, CostPolicy)
 
 @dataclass(frozen=True)
 class Step:
-    """One period's outcome: the decision for every pool (hold included) and whether the
-    cost profile is in force."""
+    """One period's outcome: the decision for every pool (hold included), the engine
+    concurrency of the pools with a concurrency rule, and whether the cost profile is in force."""
 
     decisions: dict[str, ScalingDecision]
     cost_profile: bool
+    cost_profile_reason: str = ""
+    concurrency: dict[str, ConcurrencyDecision] = field(default_factory=dict)
 
     def targets(self) -> dict[str, int]:
         return {pool: decision.target for pool, decision in self.decisions.items()}
@@ -44,6 +47,7 @@ class Autoscaler:
         self.shrink_order = shrink_order
         self.state = state or AutoscalerState()
         self.policies = [policy() for policy in policies]
+        self.concurrency_rule = ConcurrencyRulePolicy(calm_after_periods=config.down_after_periods)
 
     def step(self, signals: dict[str, PoolSignals], now: float) -> Step:
         fleet = Fleet(signals=signals, bounds=self.bounds, config=self.config,
@@ -57,7 +61,10 @@ class Autoscaler:
                 why[decision.pool] = decision
         decisions = {pool: self._settle(pool, current[pool], plan[pool], why.get(pool), signals[pool], now)
                      for pool in signals}
-        return Step(decisions, self.state.cost_profile)
+        concurrency = {pool: self.concurrency_rule.decide(s, self.bounds[pool], self.state.pool(pool))
+                       for pool, s in signals.items()}
+        return Step(decisions, self.state.cost_profile, self.state.cost_profile_reason,
+                    {pool: decision for pool, decision in concurrency.items() if decision is not None})
 
     def _clamp(self, pool: str, replicas: int) -> int:
         bounds = self.bounds[pool]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from serve_app.autoscaling_config import ConcurrencyRule
 from serve_app.config import TrilemmaConfig
 
 
@@ -15,6 +16,10 @@ class PoolBounds:
     slo_ttft_s: float | None = None
     slo_tpot_s: float | None = None
     idle_to_zero_after_s: float | None = None
+    # Scale down for low utilization only under this request rate; None: utilization decides.
+    scale_down_below_requests_per_s: float | None = None
+    max_in_engine: int = 1  # a replica's engine concurrency as configured
+    raise_concurrency: ConcurrencyRule | None = None
 
 
 def pool_bounds(config: TrilemmaConfig) -> dict[str, PoolBounds]:
@@ -30,6 +35,9 @@ def pool_bounds(config: TrilemmaConfig) -> dict[str, PoolBounds]:
             slo_ttft_s=min(ttft) / 1000 if ttft else None,
             slo_tpot_s=min(tpot) / 1000 if tpot else None,
             idle_to_zero_after_s=scaling.idle_to_zero_after_s if scaling else None,
+            scale_down_below_requests_per_s=scaling.scale_down_below_requests_per_s if scaling else None,
+            max_in_engine=pool.max_in_engine,
+            raise_concurrency=scaling.raise_concurrency if scaling else None,
         )
     return bounds
 

@@ -34,11 +34,20 @@ class LatencyPolicy(ScalingPolicy, name="latency"):
             current = plan[pool]
             if ratio <= headroom or current >= bounds.max_replicas:
                 continue
-            wanted = max(current + 1, math.ceil(max(current, 1) * ratio / headroom))
+            pressed = (f"{metric} p99 {value * 1000:.0f} ms is {ratio:.0%} of its {slo * 1000:.0f} ms SLO "
+                       f"(scale up past {headroom:.0%})")
+            # The latency is that of the replicas serving; those still starting will take their
+            # share of the load, so they count toward what it takes.
+            serving = current if signals.serving is None else min(signals.serving, current)
+            wanted = max(serving + 1, math.ceil(max(serving, 1) * ratio / headroom))
+            if wanted <= current:
+                decisions.append(ScalingDecision(
+                    pool, current, current, self.name,
+                    f"{pressed}; {current - serving} replica(s) still starting cover it: holding"))
+                continue
             target = min(bounds.max_replicas, wanted)
             decisions.append(ScalingDecision(
                 pool, current, target, self.name,
-                f"{metric} p99 {value * 1000:.0f} ms is {ratio:.0%} of its {slo * 1000:.0f} ms SLO "
-                f"(scale up past {headroom:.0%})" + ("" if target == wanted else f"; capped at max_replicas {target}"),
+                pressed + ("" if target == wanted else f"; capped at max_replicas {target}"),
             ))
         return decisions

@@ -23,7 +23,10 @@ def serve_autoscaling_config(
         # Our policy keeps its own streaks and cooldowns; Ray's delays would add to them.
         "upscale_delay_s": 0,
         "downscale_delay_s": 0,
-        "look_back_period_s": config.autoscaling.period_s,
+        # Replicas push their stats every metrics_interval_s (10 s by default, which would make
+        # every decision that stale); the controller reads the points of the look-back window.
+        "metrics_interval_s": config.autoscaling.period_s,
+        "look_back_period_s": 2 * config.autoscaling.period_s,
         "policy": {
             "policy_function": POLICY_PATH,
             "policy_kwargs": {"config": config.model_dump(mode="json"), "pool": pool, "usd_per_hour": usd_per_hour},

@@ -11,9 +11,12 @@ SAFE_FRACTION_OF_HEADROOM = 0.5
 
 
 class UtilizationPolicy(ScalingPolicy, name="utilization"):
-    """Engine busy time over wall time, not request counts: a replica busy 10% of the time
-    is paid for in full. Never shrinks a pool another policy just grew, nor one whose latency
-    is not comfortably inside its SLO."""
+    """What the engines do, not request counts: a replica busy 10% of the time is paid for in
+    full. By default the floor applies to batch occupancy (the share of batch slots in use
+    over the period), since a batching engine serving one request at a time is busy all the
+    time yet mostly idle; `utilization_measure: busy_fraction` applies it to busy time.
+    Never shrinks a pool another policy just grew, nor one whose latency is not comfortably
+    inside its SLO."""
 
     def decide(self, fleet: Fleet, plan: dict[str, int], state: AutoscalerState) -> list[ScalingDecision]:
         decisions = []
@@ -37,20 +40,40 @@ class UtilizationPolicy(ScalingPolicy, name="utilization"):
                 ))
                 continue
             floor = max(bounds.min_replicas, 1)
-            if signals.utilization is None or current <= floor:
+            measured = self._measure(fleet, signals)
+            if measured is None or current <= floor or measured[0] >= fleet.config.utilization_floor:
                 continue
-            if signals.utilization >= fleet.config.utilization_floor or not self._latency_is_safe(fleet, pool):
+            under = f"{measured[1]}, under the {fleet.config.utilization_floor:.0%} floor"
+            unsafe = self._unsafe_latency(fleet, pool)
+            if unsafe:
+                decisions.append(ScalingDecision(pool, current, current, self.name, f"{under}, but {unsafe}: holding"))
+                continue
+            quiet_below = bounds.scale_down_below_requests_per_s
+            if quiet_below is not None and (signals.requests_per_s is None or signals.requests_per_s >= quiet_below):
                 continue
             decisions.append(ScalingDecision(
                 pool, current, current - 1, self.name,
-                f"engines busy {signals.utilization:.0%} of the time, under the "
-                f"{fleet.config.utilization_floor:.0%} floor",
+                under + ("" if quiet_below is None else f", at {signals.requests_per_s:.2f} req/s (under {quiet_below:g})"),
             ))
         return decisions
 
     @staticmethod
-    def _latency_is_safe(fleet: Fleet, pool: str) -> bool:
+    def _measure(fleet: Fleet, signals) -> tuple[float, str] | None:
+        """The figure the floor applies to, and how to say it; None when not reported."""
+        busy = signals.utilization
+        occupancy = signals.batch_occupancy if fleet.config.utilization_measure == "batch_occupancy" else None
+        if occupancy is not None:
+            said = f"engines' batch slots {occupancy:.0%} in use"
+            return occupancy, said + ("" if busy is None else f" (busy {busy:.0%} of the time)")
+        return (busy, f"engines busy {busy:.0%} of the time") if busy is not None else None
+
+    @staticmethod
+    def _unsafe_latency(fleet: Fleet, pool: str) -> str | None:
+        """Why the pool's latency is not yet far enough inside its SLO to give a replica away."""
         signals, bounds = fleet.signals[pool], fleet.bounds[pool]
         line = fleet.config.latency_headroom * SAFE_FRACTION_OF_HEADROOM
-        checks = ((signals.ttft_p99_s, bounds.slo_ttft_s), (signals.tpot_p99_s, bounds.slo_tpot_s))
-        return all(value is None or not slo or value / slo <= line for value, slo in checks)
+        for metric, value, slo in (("TTFT", signals.ttft_p99_s, bounds.slo_ttft_s),
+                                   ("TPOT", signals.tpot_p99_s, bounds.slo_tpot_s)):
+            if value is not None and slo and value / slo > line:
+                return f"{metric} p99 {value * 1000:.0f} ms is {value / slo:.0%} of its SLO (over {line:.0%})"
+        return None

@@ -4,14 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shlex
-import sys
 import time
 from pathlib import Path
 from typing import Callable
-
-import yaml
 
 from bench.arrivals import LoadShape
 from bench.datasets import DATASETS, DatasetError, load_dataset
@@ -19,10 +14,19 @@ from bench.metrics import Slo
 from bench.report import ReportError, write_report, write_sweep
 from bench.results import markdown_table, write_json, write_results
 from bench.runner import EndpointError, Workload, resolve_model, run_point, warm_up
+from bench.autoscale.cli import add_commands as add_autoscale_commands
+from bench.cli_common import (
+    RESULTS_DIR,
+    add_api_key_arg,
+    add_app_args,
+    add_output_args,
+    app_config,
+    command_line,
+    fail,
+    shown_path,
+)
 from bench.sweep import Knob, SweepError, parse_values, run_sweep
-from serve_app.config import DEFAULT_CONFIG_PATH, ConfigError, TrilemmaConfig
-
-RESULTS_DIR = Path("bench/results")
+from serve_app.config import ConfigError, TrilemmaConfig
 
 
 def _add_workload_args(parser: argparse.ArgumentParser, *, single_load: bool) -> None:
@@ -44,40 +48,6 @@ def _add_workload_args(parser: argparse.ArgumentParser, *, single_load: bool) ->
     parser.add_argument("--seed", type=int, default=0)
 
 
-def _add_api_key_arg(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--api-key", default=os.environ.get("TRILEMMA_API_KEY"),
-                        help="sent as 'Authorization: Bearer'; default: $TRILEMMA_API_KEY")
-
-
-def _add_app_args(parser: argparse.ArgumentParser) -> None:
-    """For commands that deploy the app themselves: its config, and the key its requests carry."""
-    parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG_PATH, help="the app's config")
-    parser.add_argument("--set", action="append", default=[], metavar="DOTTED.PATH=VALUE",
-                        help="override one config key (the value is read as YAML); repeatable, e.g. "
-                             "--set model.source=/models/smol --set pools.short.max_num_seqs=64")
-    _add_api_key_arg(parser)
-
-
-def _app_config(args: argparse.Namespace) -> TrilemmaConfig:
-    """`--config` with every `--set` applied, validated like the file itself."""
-    config = TrilemmaConfig.from_yaml(args.config)
-    for override in args.set:
-        path, separator, value = override.partition("=")
-        if not separator or not path:
-            raise ConfigError(f"--set {override!r}: expected DOTTED.PATH=VALUE")
-        try:
-            config = Knob(path.strip()).apply(config, yaml.safe_load(value))
-        except SweepError as error:
-            raise ConfigError(f"--set {override!r}: {error}") from None
-    return config
-
-
-def _add_output_args(parser: argparse.ArgumentParser, default_name: str) -> None:
-    parser.add_argument("--out", type=Path, default=RESULTS_DIR, help="results folder")
-    parser.add_argument("--name", help=f"results file name (default: {default_name}-<time>)")
-    parser.add_argument("--no-progress", action="store_true")
-
-
 def add_commands(commands: argparse._SubParsersAction) -> None:
     bench = commands.add_parser("bench", help="measure an OpenAI-compatible endpoint")
     sub = bench.add_subparsers(dest="bench_command", required=True)
@@ -87,25 +57,25 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
                          allow_abbrev=False)
     run.add_argument("--url", default="http://127.0.0.1:8000", help="base URL (without /v1)")
     run.add_argument("--model", help="model name; default: the first one /v1/models lists")
-    _add_api_key_arg(run)
+    add_api_key_arg(run)
     _add_workload_args(run, single_load=False)
-    _add_output_args(run, "bench")
+    add_output_args(run, "bench")
     run.set_defaults(func=bench_run)
 
     sweep = sub.add_parser("sweep", help="one config knob over a grid, the app restarted per point; "
                                          "finds the knee", allow_abbrev=False)
-    _add_app_args(sweep)
+    add_app_args(sweep)
     sweep.add_argument("--knob", required=True, metavar="DOTTED.PATH",
                        help="e.g. pools.short.max_num_seqs, pools.short.max_ongoing_requests, "
                             "pools.short.replicas, routing.short_context_threshold_tokens")
     sweep.add_argument("--values", required=True, help="comma-separated settings, e.g. 1,2,4,8")
     _add_workload_args(sweep, single_load=True)
-    _add_output_args(sweep, "sweep")
+    add_output_args(sweep, "sweep")
     sweep.set_defaults(func=bench_sweep)
 
     overhead = sub.add_parser("overhead", help="the same workload straight to a pool and through "
                                                "the router, interleaved", allow_abbrev=False)
-    _add_app_args(overhead)
+    add_app_args(overhead)
     overhead.add_argument("--pool", default="short", help="the pool both paths reach")
     overhead.add_argument("--num-prompts", type=int, default=24, help="requests per arm per round")
     overhead.add_argument("--rounds", type=int, default=8, help="rounds per arm (ABBA order)")
@@ -113,12 +83,12 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     overhead.add_argument("--max-tokens", type=int, default=64, help="tokens every request generates")
     overhead.add_argument("--warmup", type=int, default=4)
     overhead.add_argument("--seed", type=int, default=0)
-    _add_output_args(overhead, "overhead")
+    add_output_args(overhead, "overhead")
     overhead.set_defaults(func=bench_overhead)
 
     isolation = sub.add_parser("isolation", help="short-request latency under long documents: split "
                                                  "pools with priority against one shared pool", allow_abbrev=False)
-    _add_app_args(isolation)
+    add_app_args(isolation)
     isolation.add_argument("--rate", type=float, default=1.0, help="Poisson arrivals per second, all kinds")
     isolation.add_argument("--num-prompts", type=int, default=120, help="requests of the mixed load")
     isolation.add_argument("--long-fraction", type=float, default=0.05, help="share of arrivals that are long documents")
@@ -137,7 +107,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     isolation.add_argument("--ignore-eos", action="store_true",
                            help="generate exactly max_tokens per request (for random weights)")
     isolation.add_argument("--seed", type=int, default=0)
-    _add_output_args(isolation, "isolation")
+    add_output_args(isolation, "isolation")
     isolation.set_defaults(func=bench_isolation)
 
     report = sub.add_parser("report", help="result files -> markdown report with PNG plots")
@@ -152,6 +122,8 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     export.add_argument("--seed", type=int, default=0)
     export.add_argument("--out", type=Path, required=True, help="JSONL file to write")
     export.set_defaults(func=bench_dataset)
+
+    add_autoscale_commands(sub)
 
 
 def bench_dataset(args: argparse.Namespace) -> int:
@@ -195,31 +167,6 @@ def _workload(args: argparse.Namespace, slos: dict[str, Slo]) -> Workload:
     )
 
 
-def _fail(error: Exception) -> int:
-    print(f"trilemma bench: {error}", file=sys.stderr)
-    return 2
-
-
-def _shown_path(path: Path) -> str:
-    """A path as results show it: relative to the working directory when inside it, so stored
-    results name no machine's folders."""
-    try:
-        return str(Path(path).resolve().relative_to(Path.cwd()))
-    except ValueError:
-        return str(path)
-
-
-def _command(args: argparse.Namespace) -> str:
-    """The command as typed, for the results file, with any API key masked."""
-    argv = list(args.argv)
-    for index, word in enumerate(argv):
-        if word == "--api-key" and index + 1 < len(argv):
-            argv[index + 1] = "***"
-        elif word.startswith("--api-key="):
-            argv[index] = "--api-key=***"
-    return "trilemma " + shlex.join(argv)
-
-
 def bench_run(args: argparse.Namespace) -> int:
     try:
         slos = dict(parse_slo(spec) for spec in args.slo)
@@ -227,7 +174,7 @@ def bench_run(args: argparse.Namespace) -> int:
         workload = _workload(args, slos)
         model = args.model or resolve_model(args.url)
     except (argparse.ArgumentTypeError, DatasetError, EndpointError, ValueError) as error:
-        return _fail(error)
+        return fail(error)
     warm_up(args.url, workload, model, args.api_key)
     points = [
         point
@@ -236,7 +183,7 @@ def bench_run(args: argparse.Namespace) -> int:
                                api_key=args.api_key)
     ]
     result = {
-        "command": _command(args),
+        "command": command_line(args),
         "config": {
             "url": args.url, "model": model, "dataset": args.dataset, "num_prompts": args.num_prompts,
             "rounds": args.rounds, "warmup": args.warmup, "scenario": args.scenario, "seed": args.seed,
@@ -257,7 +204,7 @@ def bench_sweep(args: argparse.Namespace) -> int:
     from serve_app.launcher import deployed, shutdown_local_ray
 
     try:
-        config = _app_config(args)
+        config = app_config(args)
         knob, values = Knob(args.knob), parse_values(args.values)
         slos = dict(parse_slo(spec) for spec in args.slo)
         loads = _loads(args)
@@ -266,7 +213,7 @@ def bench_sweep(args: argparse.Namespace) -> int:
         shape = loads[0]
         workload = _workload(args, slos)
     except (argparse.ArgumentTypeError, ConfigError, DatasetError, SweepError, ValueError) as error:
-        return _fail(error)
+        return fail(error)
 
     def measure(point_config: TrilemmaConfig) -> list[dict]:
         with deployed(point_config) as url:
@@ -277,14 +224,14 @@ def bench_sweep(args: argparse.Namespace) -> int:
     try:
         sweep = run_sweep(config, knob, values, measure, slos)
     except (ConfigError, SweepError) as error:
-        return _fail(error)
+        return fail(error)
     finally:
         shutdown_local_ray()
     result = {
         "kind": "sweep",
-        "command": _command(args),
+        "command": command_line(args),
         "config": {
-            "app_config": _shown_path(args.config), "load": shape.describe(), "dataset": args.dataset,
+            "app_config": shown_path(args.config), "load": shape.describe(), "dataset": args.dataset,
             "num_prompts": args.num_prompts, "rounds": args.rounds, "warmup": args.warmup,
             "seed": args.seed, "slos": {name: vars(slo) for name, slo in slos.items()}, "set": args.set,
         },
@@ -303,11 +250,11 @@ def bench_overhead(args: argparse.Namespace) -> int:
     from serve_app.launcher import shutdown_local_ray
 
     try:
-        config = _app_config(args)
+        config = app_config(args)
         if args.pool not in config.pools:
             raise ValueError(f"--pool {args.pool!r} is not in {args.config}; pools: {sorted(config.pools)}")
     except (ConfigError, ValueError) as error:
-        return _fail(error)
+        return fail(error)
     try:
         result = measure_overhead(
             config, pool=args.pool, num_prompts=args.num_prompts, rounds=args.rounds,
@@ -326,7 +273,7 @@ def bench_isolation(args: argparse.Namespace) -> int:
     from serve_app.launcher import shutdown_local_ray
 
     try:
-        config = _app_config(args)
+        config = app_config(args)
         for option in ("short_scenario", "long_scenario"):
             if getattr(args, option) not in config.scenarios:
                 raise ValueError(f"--{option.replace('_', '-')} {getattr(args, option)!r} is not a scenario "
@@ -342,7 +289,7 @@ def bench_isolation(args: argparse.Namespace) -> int:
                           ignore_eos=args.ignore_eos)
                  if args.overload_rate > 0 else None)
     except (ConfigError, ValueError, DatasetError, OSError) as error:
-        return _fail(error)
+        return fail(error)
     try:
         result = measure_isolation(
             config, load, short_scenario=args.short_scenario, overload_load=surge,
@@ -368,7 +315,7 @@ def _earlier_arm(args: argparse.Namespace) -> dict | None:
     same = ("rate", "num_prompts", "long_fraction", "long_words", "short_scenario", "long_scenario",
             "warmup_s", "ignore_eos", "seed", "set")
     differing = [key for key in same if earlier.get("config", {}).get(key) != getattr(args, key)]
-    if earlier.get("config", {}).get("app_config") != _shown_path(args.config):
+    if earlier.get("config", {}).get("app_config") != shown_path(args.config):
         differing.append("config")
     if differing:
         raise ValueError(f"--with {args.with_result}: its run differs in {differing}; both arms need the same")
@@ -378,8 +325,8 @@ def _earlier_arm(args: argparse.Namespace) -> dict | None:
 def _write_app_result(kind: str, args: argparse.Namespace, settings: tuple[str, ...], result: dict,
                       markdown: Callable[[dict], str]) -> int:
     """JSON and markdown of a command that deployed the app, each with its command and settings."""
-    result = {"kind": kind, "command": _command(args),
-              "config": {"app_config": _shown_path(args.config), **{k: getattr(args, k) for k in settings}},
+    result = {"kind": kind, "command": command_line(args),
+              "config": {"app_config": shown_path(args.config), **{k: getattr(args, k) for k in settings}},
               **result}
     name = args.name or time.strftime(f"{kind}-%Y%m%d-%H%M%S")
     json_path, md_path = write_json(result, args.out, name), args.out / f"{name}.md"
@@ -391,8 +338,8 @@ def _write_app_result(kind: str, args: argparse.Namespace, settings: tuple[str, 
 
 def bench_report(args: argparse.Namespace) -> int:
     try:
-        path = write_report(args.results, args.out, title=args.title, command=_command(args))
+        path = write_report(args.results, args.out, title=args.title, command=command_line(args))
     except ReportError as error:
-        return _fail(error)
+        return fail(error)
     print(f"wrote {path} and its plots")
     return 0

@@ -78,27 +78,32 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
               max_num_seqs=args.max_num_seqs, gpu_memory_utilization=args.gpu_memory_utilization,
               **engine_kwargs)
 
-    def timed(batch: list, max_tokens: int) -> tuple[float, int]:
+    def timed(batch: list, max_tokens: int) -> tuple[float, int, int]:
+        """Seconds, output tokens and prompt tokens of one generate call."""
         params = SamplingParams(max_tokens=max_tokens, ignore_eos=True, temperature=0)
         started = time.perf_counter()
         outputs = llm.chat(batch, params, use_tqdm=False)
-        return time.perf_counter() - started, sum(len(o.outputs[0].token_ids) for o in outputs)
+        return (time.perf_counter() - started, sum(len(o.outputs[0].token_ids) for o in outputs),
+                sum(len(o.prompt_token_ids) for o in outputs))
 
     timed(messages[:8], 8)  # compile and warm the kernels out of the measurement
-    ttft, tpot = [], []
+    ttft, tpot, prompt_tokens = [], [], []
     for index in range(args.single_repeats):
         one = [messages[index % len(messages)]]
-        first, _ = timed(one, 1)
-        full, tokens = timed(one, args.output_tokens)
+        first, _, prompt = timed(one, 1)
+        full, tokens, _ = timed(one, args.output_tokens)
         ttft.append(first * 1000)
         tpot.append((full - first) / (tokens - 1) * 1000)
+        prompt_tokens.append(prompt)
     result["single_stream"] = {
         "prompt": "the first prompts of the set, one at a time", "output_tokens": args.output_tokens,
+        "prompt_tokens": {"median": statistics.median(prompt_tokens)},
         "ttft_ms": {"median": statistics.median(ttft), "max": max(ttft)},
         "tpot_ms": {"median": statistics.median(tpot), "max": max(tpot)},
     }
-    seconds, tokens = timed(messages, args.output_tokens)
+    seconds, tokens, prompt = timed(messages, args.output_tokens)
     result["saturated"] = {"prompts": len(messages), "output_tokens_each": args.output_tokens,
+                           "prompt_tokens": prompt, "max_num_seqs": args.max_num_seqs,
                            "seconds": seconds, "output_tokens_per_s": tokens / seconds}
     if "floor" in result:
         result["floor"]["tpot_over_floor"] = result["single_stream"]["tpot_ms"]["median"] / result["floor"]["tpot_floor_ms"]

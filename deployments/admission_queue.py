@@ -72,6 +72,17 @@ class AdmissionQueue:
     def waiting(self) -> int:
         return len(self._waiting)
 
+    @property
+    def max_in_engine(self) -> int:
+        return self._policy.max_in_engine
+
+    def set_max_in_engine(self, limit: int) -> None:
+        """The autoscaler's concurrency rule moves the limit at run time. Raised, waiters
+        enter at once; lowered, requests already in the engine finish and none enters until
+        the engine is under the new limit."""
+        self._policy.max_in_engine = limit
+        self._dispatch()
+
     def state(self) -> QueueState:
         return QueueState(self._in_engine, tuple(waiter.priority for waiter in self._waiting))
 
@@ -124,6 +135,9 @@ class AdmissionQueue:
         self._in_engine -= 1
         if served:
             self._note_drain()
+        self._dispatch()
+
+    def _dispatch(self) -> None:
         while self._waiting and self._in_engine < self._policy.max_in_engine:
             waiter = min(self._waiting)
             self._waiting.remove(waiter)

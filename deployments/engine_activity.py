@@ -21,6 +21,9 @@ class ActivitySnapshot:
     in_flight: int
     requests_started: int
     requests_finished: int
+    # Request-seconds in the engine (the integral of in_flight): over wall time and the batch
+    # size, how full the engine's batches were, which busy time alone cannot tell.
+    request_s: float = 0.0
 
     def to_dict(self) -> dict[str, float | int]:
         return asdict(self)
@@ -37,8 +40,17 @@ class EngineActivity:
         self._in_flight = 0
         self._requests_started = 0
         self._requests_finished = 0
+        self._request_s = 0.0
+        self._counted_at = self._started_at
+
+    def _count(self) -> float:
+        now = self._clock()
+        self._request_s += self._in_flight * (now - self._counted_at)
+        self._counted_at = now
+        return now
 
     def begin(self) -> None:
+        self._count()
         if self._in_flight == 0:
             self._busy_since = self._clock()
         self._in_flight += 1
@@ -47,6 +59,7 @@ class EngineActivity:
     def end(self) -> None:
         if self._in_flight == 0:
             raise RuntimeError("EngineActivity.end() without a matching begin()")
+        self._count()
         self._in_flight -= 1
         self._requests_finished += 1
         if self._in_flight == 0:
@@ -62,4 +75,5 @@ class EngineActivity:
             in_flight=self._in_flight,
             requests_started=self._requests_started,
             requests_finished=self._requests_finished,
+            request_s=self._request_s + self._in_flight * (now - self._counted_at),
         )

@@ -23,7 +23,9 @@ from ray.serve.llm.deployment import LLMServer  # Ray 2.58 warns on the `ray.ser
 from cluster.price_catalog import ReplicaRate
 from deployments.admission import AdmissionPolicy, request_priority
 from deployments.admission_queue import AdmissionQueue
+from autoscaling.control_board import RayControlBoard, concurrency_key
 from deployments.engine_activity import EngineActivity
+from deployments.kv_cache_probe import KvCacheProbe
 from deployments.latency_window import LatencyWindow
 from deployments.request_metering import metered, prompt_tokens_hint
 from deployments.serving_metrics import PoolMetrics
@@ -39,6 +41,8 @@ ADMITTED_METHODS = ("chat", "completions")
 # How often a replica adds its busy and idle time to the metrics; Ray exports them on its own
 # schedule, so finer would not make the counters fresher.
 ACTIVITY_EXPORT_INTERVAL_S = 2.0
+# How often a replica looks for the engine concurrency the autoscaler set for its pool.
+CONCURRENCY_READ_INTERVAL_S = 1.0
 
 
 class PoolServer(LLMServer):
@@ -52,10 +56,11 @@ class PoolServer(LLMServer):
 
     async def __init__(
         self, llm_config: LLMConfig, *, pool_name: str, replica_rate: dict, admission: dict,
-        max_in_engine: int, **kwargs: Any
+        max_in_engine: int, max_in_engine_ceiling: int | None = None, **kwargs: Any
     ) -> None:
         # Set before the base constructor, which starts the replica.
         self._pool_name = pool_name
+        self._max_in_engine = (max_in_engine, max_in_engine_ceiling or max_in_engine)
         self._rate = ReplicaRate(**replica_rate)
         self._metrics = PoolMetrics(pool_name)
         self._admission = AdmissionQueue(
@@ -73,6 +78,8 @@ class PoolServer(LLMServer):
         self._work = WorkShare()
         self._latency = LatencyWindow(AUTOSCALING_WINDOW_S)
         self._last_reported = self._activity.snapshot()
+        self._kv_cache = KvCacheProbe.attach(self.engine)
+        self._concurrency_read_at = float("-inf")
         self._metrics_task = asyncio.create_task(self._export_activity())
 
     async def _export_activity(self) -> None:
@@ -129,19 +136,51 @@ class PoolServer(LLMServer):
 
     async def record_autoscaling_stats(self) -> dict[str, float]:
         """What the autoscaler reads from this replica (Ray Serve calls it periodically):
-        recent p99 TTFT and TPOT and request rate, the engine's busy fraction since the last
-        call, its queue, and its price (autoscaling.signals.STAT_KEYS)."""
+        recent p50/p99 TTFT and TPOT, requests and tokens per second, the engine's busy
+        fraction and batch occupancy since the last call, its queue and KV cache, and its price
+        (autoscaling.signals.STAT_KEYS). The same call picks up the engine concurrency the
+        autoscaler set for the pool."""
         if not hasattr(self, "_activity"):  # still warming up
             return {}
+        await self._follow_concurrency()
         now = self._activity.snapshot()
         wall = now.wall_s - self._last_reported.wall_s
         utilization = (now.busy_s - self._last_reported.busy_s) / wall if wall > 0 else None
+        batch = self._llm_config.engine_kwargs.get("max_num_seqs")
+        occupancy = (now.request_s - self._last_reported.request_s) / (batch * wall) if wall > 0 and batch else None
         self._last_reported = now
         stats = {**self._latency.stats(), "waiting": float(self._admission.waiting),
-                 "running": float(self._admission.in_engine), "usd_per_hour": self._rate.usd_per_hour}
+                 "running": float(self._admission.in_engine), "usd_per_hour": self._rate.usd_per_hour,
+                 "max_in_engine": float(self._admission.max_in_engine)}
         if utilization is not None:
             stats["utilization"] = utilization
+        if occupancy is not None:
+            # Requests beyond the batch wait in the engine's queue: a full batch is full.
+            stats["batch_occupancy"] = min(1.0, occupancy)
+        if self._kv_cache is not None and self._kv_cache.usage is not None:
+            stats["kv_cache_usage"] = self._kv_cache.usage
         return stats
+
+    async def _follow_concurrency(self) -> None:
+        """Applies the engine concurrency the autoscaler's rule left on the control board,
+        within the bounds this replica was deployed with."""
+        base, ceiling = self._max_in_engine
+        # Ray asks for stats several times per decision period; once a second is fresh enough.
+        if ceiling == base or time.monotonic() - self._concurrency_read_at < CONCURRENCY_READ_INTERVAL_S:
+            return
+        self._concurrency_read_at = time.monotonic()
+        key = concurrency_key(serve.get_replica_context().app_name, self._pool_name)
+        try:
+            directive = await asyncio.to_thread(RayControlBoard().get, key)
+        except Exception as error:  # the board out of reach: keep serving at the current limit
+            logger.warning("could not read %s: %r", key, error)
+            return
+        if directive:
+            limit = max(base, min(ceiling, int(directive["max_in_engine"])))
+            if limit != self._admission.max_in_engine:
+                logger.info("engine concurrency %d -> %d: %s", self._admission.max_in_engine, limit,
+                            directive.get("reason", ""))
+                self._admission.set_max_in_engine(limit)
 
     async def engine_activity(self) -> dict[str, Any]:
         """This replica's busy clock; the router gathers it from every replica by broadcast."""
@@ -150,6 +189,9 @@ class PoolServer(LLMServer):
             **self._activity.snapshot().to_dict(),
             "prefill_s_per_token": self._work.prefill_s_per_token,
             "decode_s_per_token": self._work.decode_s_per_token,
+            "max_in_engine": self._admission.max_in_engine,
+            "in_engine": self._admission.in_engine,
+            "waiting": self._admission.waiting,
         }
 
     async def _warm_up(self) -> None:
@@ -189,9 +231,10 @@ def deployment_name(pool_name: str) -> str:
 
 def llm_config_for_pool(
     pool_name: str, pool: PoolConfig, model: ModelSpec, model_source: str,
-    autoscaling_config: dict[str, Any] | None = None,
+    autoscaling_config: dict[str, Any] | None = None, ongoing_limit: int | None = None,
 ) -> LLMConfig:
-    """`autoscaling_config` (Ray Serve's) replaces the pool's fixed replica count."""
+    """`autoscaling_config` (Ray Serve's) replaces the pool's fixed replica count;
+    `ongoing_limit` the pool's own max_ongoing_requests (TrilemmaConfig.ongoing_limit)."""
     engine_kwargs: dict[str, Any] = {
         "max_model_len": pool.max_model_len,
         "max_num_seqs": pool.max_num_seqs,
@@ -222,7 +265,7 @@ def llm_config_for_pool(
         runtime_env={"env_vars": env} if env else None,
         deployment_config={
             **({"autoscaling_config": autoscaling_config} if autoscaling_config else {"num_replicas": pool.replicas}),
-            "max_ongoing_requests": pool.ongoing_limit,
+            "max_ongoing_requests": ongoing_limit or pool.ongoing_limit,
             # The engine's bundle holds the pool's CPUs; the replica actor itself only waits.
             "ray_actor_options": {"num_cpus": 0},
         },
@@ -232,12 +275,14 @@ def llm_config_for_pool(
 
 def build_pool_deployment(
     pool_name: str, pool: PoolConfig, llm_config: LLMConfig, rate: ReplicaRate,
-    engine_cls: type | None = None,
+    engine_cls: type | None = None, max_in_engine_ceiling: int | None = None,
 ) -> Application:
-    """`engine_cls` swaps the vLLM engine for another LLMEngine (tests use a fake one)."""
+    """`engine_cls` swaps the vLLM engine for another LLMEngine (tests use a fake one);
+    `max_in_engine_ceiling` lets the autoscaler raise the engine concurrency up to it."""
     bind_kwargs: dict[str, Any] = {
         "pool_name": pool_name, "replica_rate": rate.model_dump(),
         "admission": pool.admission.model_dump(), "max_in_engine": pool.max_in_engine,
+        "max_in_engine_ceiling": max_in_engine_ceiling or pool.max_in_engine,
     }
     if engine_cls is not None:
         bind_kwargs["engine_cls"] = engine_cls

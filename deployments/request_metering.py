@@ -105,7 +105,8 @@ async def metered(
                 # A whole response: it came at the end, so it says nothing about prefill and
                 # decode speed; it is charged its share without teaching the replica.
                 closed = True
-                seconds = work.finish(share, item.usage.completion_tokens or 0, learn=False)
+                completion_tokens = item.usage.completion_tokens or 0
+                seconds = work.finish(share, completion_tokens, learn=False)
                 for key, value in usage_fields(rate, seconds).items():
                     setattr(item.usage, key, value)
             yield item
@@ -120,5 +121,6 @@ async def metered(
             latency.record(
                 first_at - started if first_at is not None else None,
                 (ended - first_at) / (completion_tokens - 1) if first_at is not None and completion_tokens > 1 else None,
+                output_tokens=completion_tokens,
             )
         activity.end()

@@ -33,10 +33,12 @@ try:  # vLLM >= 0.29
 except ImportError:  # vLLM 0.26, the version Ray 2.58's LLM extra pins (GPU hosts)
     from vllm.entrypoints.openai.engine.protocol import StreamOptions
 
+from autoscaling.control_board import cost_profile_key
 from cluster.price_catalog import ReplicaRate
 from deployments.accounting import Accounting
 from deployments.admission import PRIORITY_HEADER
 from deployments.admission_queue import PoolOverloaded
+from deployments.cost_profile import CostProfileWatch, apply_cost_profile
 from deployments.prompt_hygiene import normalize_request
 from deployments.request_metering import PROMPT_TOKENS_HEADER, final_usage, map_events
 from deployments.routing import RouteDecision, RouteRequest, RoutingPolicy
@@ -87,6 +89,9 @@ class TrilemmaRouter(OpenAiIngress):
         self._accounting = Accounting(tenants, config.tenants.spend_file)
         self._token_counter = PromptTokenCounter(tokenizer_source)
         self._token_counter.load()
+        # Only the autoscaler puts the cost profile in force.
+        self._cost_profile = CostProfileWatch(cost_profile_key(config.app_name)) \
+            if config.autoscaling.enabled else None
 
     # HTTP endpoints (paths in serve_app.http_api).
 
@@ -162,6 +167,12 @@ class TrilemmaRouter(OpenAiIngress):
             tenant = self._accounting.authenticate(request.headers.get("authorization"))
             scenario = self._scenario(scenario_name, from_path=scenario_in_path is not None)
             headers["x-trilemma-scenario"] = scenario_name
+            profile = self._cost_profile.current() if self._cost_profile else None
+            if profile is not None and profile.in_force:
+                cheaper = apply_cost_profile(scenario, self._config.autoscaling.cost_profile)
+                if cheaper is not scenario:
+                    scenario = cheaper
+                    headers["x-trilemma-cost-profile"] = profile.reason
             if body.model not in (None, self._model_name):
                 raise ApiError(
                     404,

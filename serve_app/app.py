@@ -28,11 +28,13 @@ def build_app(
     rates = pool_rates(config, resolve_catalog(config.costs, in_use))
     prices = {name: rate.usd_per_hour for name, rate in rates.items()}
     llm_configs = {
-        name: llm_config_for_pool(name, pool, config.model, source, serve_autoscaling_config(config, name, prices))
+        name: llm_config_for_pool(name, pool, config.model, source, serve_autoscaling_config(config, name, prices),
+                                  ongoing_limit=config.ongoing_limit(name))
         for name, pool in config.pools.items()
     }
     pools = {
-        name: build_pool_deployment(name, config.pools[name], llm_config, rates[name], engine_cls)
+        name: build_pool_deployment(name, config.pools[name], llm_config, rates[name], engine_cls,
+                                    max_in_engine_ceiling=config.max_in_engine_ceiling(name))
         for name, llm_config in llm_configs.items()
     }
     model_card = to_model_metadata(config.model.name, next(iter(llm_configs.values())))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 
@@ -22,15 +21,10 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
 
 def read_decisions(app: str, pools: list[str]) -> dict[str, list[dict]]:
     """Needs a connected Ray; the policy keeps each pool's recent decisions in Ray's KV store."""
-    from ray.experimental.internal_kv import _internal_kv_get
+    from autoscaling.control_board import RayControlBoard, decisions_key
 
-    from autoscaling.serve_policy import KV_NAMESPACE, decisions_key
-
-    found = {}
-    for pool in pools:
-        raw = _internal_kv_get(decisions_key(app, pool), namespace=KV_NAMESPACE)
-        found[pool] = json.loads(raw) if raw else []
-    return found
+    board = RayControlBoard()
+    return {pool: board.get(decisions_key(app, pool)) or [] for pool in pools}
 
 
 def format_decisions(decisions: dict[str, list[dict]], last: int) -> str:
@@ -47,6 +41,8 @@ def format_decisions(decisions: dict[str, list[dict]], last: int) -> str:
                 if record.get("repeated") else ""
             lines.append(f"  {at} {change} [{record['policy']}] {record['reason']}{repeated}"
                          + ("  (cost profile on)" if record.get("cost_profile") else ""))
+            if record.get("concurrency"):
+                lines.append(f"           engine concurrency {record['concurrency']}")
     return "\n".join(lines)
 
 

@@ -2,9 +2,24 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, model_validator
 
 from serve_app.config_base import StrictModel
+
+
+class ConcurrencyRule(StrictModel):
+    """The seed's rule: when p99 TTFT is above X while the pool serves more than Y requests/s,
+    let each replica take more requests into its engine (a bigger batch drains a queue that
+    waits for slots), step by step up to a ceiling; back down once calm again."""
+
+    ttft_p99_ms_above: PositiveFloat = Field(description="X: the p99 TTFT, in ms, that calls for more.")
+    requests_per_s_above: NonNegativeFloat = Field(0.0, description="Y: only while the pool serves more than this.")
+    step: PositiveInt = Field(2, description="Requests added (or taken back) per decision.")
+    max_in_engine: PositiveInt = Field(
+        description="Ceiling of a replica's engine concurrency (its admission.max_in_engine at run time).",
+    )
 
 
 class PoolScalingConfig(StrictModel):
@@ -13,12 +28,33 @@ class PoolScalingConfig(StrictModel):
     idle_to_zero_after_s: PositiveFloat | None = Field(
         None, description="With min_replicas 0: seconds without a request before the last replica goes.",
     )
+    scale_down_below_requests_per_s: NonNegativeFloat | None = Field(
+        None, description="V: scale down for low utilization only while the pool serves fewer requests/s "
+        "than this; null: utilization alone decides.",
+    )
+    raise_concurrency: ConcurrencyRule | None = Field(
+        None, description="Raise the replicas' engine concurrency under latency pressure; null: fixed.",
+    )
 
     @model_validator(mode="after")
     def _bounds_in_order(self) -> PoolScalingConfig:
         if self.min_replicas > self.max_replicas:
             raise ValueError(f"min_replicas ({self.min_replicas}) is above max_replicas ({self.max_replicas})")
         return self
+
+
+class CostProfileConfig(StrictModel):
+    """What the router does while the pools cost too much: over the budget, or (when set)
+    above a cost per request. Real-time classes keep their own profile."""
+
+    usd_per_request_above: PositiveFloat | None = Field(
+        None, description="C: put the profile in force when the pools' $/hour over their requests/s "
+        "costs more than this per request; null: only the budget does.",
+    )
+    max_tokens_cap: PositiveInt = Field(256, description="Tighter max_tokens cap for the classes it applies to.")
+    cheapest_pool: bool = Field(True, description="Send those classes to the cheapest pool that fits.")
+    from_priority: int = Field(1, description="The profile applies to scenarios of this priority and below "
+                               "(a higher number); 0 (real-time) is exempt by default.")
 
 
 class AutoscalingConfig(StrictModel):
@@ -29,6 +65,10 @@ class AutoscalingConfig(StrictModel):
     )
     utilization_floor: float = Field(
         0.2, ge=0, lt=1, description="Scale down when engines are busier than this for less of the time.",
+    )
+    utilization_measure: Literal["batch_occupancy", "busy_fraction"] = Field(
+        "batch_occupancy", description="What the floor applies to: the share of the engines' batch slots in use "
+        "(a batching engine busy with one request is mostly idle), or the share of time they had any request.",
     )
     budget_usd_per_hour: NonNegativeFloat | None = Field(
         None, description="Most the pools' replicas may cost per hour together; null: no budget.",
@@ -42,6 +82,9 @@ class AutoscalingConfig(StrictModel):
     down_after_periods: PositiveInt = Field(6, description="Periods in a row a scale-down must be asked for.")
     up_cooldown_s: NonNegativeFloat = Field(15.0, description="Seconds after any change before scaling up.")
     down_cooldown_s: NonNegativeFloat = Field(60.0, description="Seconds after any change before scaling down.")
+    cost_profile: CostProfileConfig = Field(
+        default_factory=CostProfileConfig, description="When and how requests are made cheaper.",
+    )
     pools: dict[str, PoolScalingConfig] = Field(
-        default_factory=dict, description="Replica bounds by pool; an unlisted pool keeps its `replicas`.",
+        default_factory=dict, description="Replica bounds and rules by pool; an unlisted pool keeps its `replicas`.",
     )

@@ -206,12 +206,41 @@ class TrilemmaConfig(StrictModel):
             unknown = sorted(set(names) - set(self.pools))
             if unknown:
                 raise ValueError(f"{section} names unknown pools {unknown}; configured: {sorted(self.pools)}")
+        for pool_name, scaling in self.autoscaling.pools.items():
+            self._check_concurrency_rule(pool_name, scaling)
         if self.routing.default_scenario not in self.scenarios:
             raise ValueError(
                 f"routing.default_scenario {self.routing.default_scenario!r} is not a scenario; "
                 f"configured: {sorted(self.scenarios)}"
             )
         return self
+
+    def _check_concurrency_rule(self, pool_name: str, scaling: PoolScalingConfig) -> None:
+        rule, pool = scaling.raise_concurrency, self.pools[pool_name]
+        if rule is None:
+            return
+        where = f"autoscaling.pools.{pool_name}.raise_concurrency.max_in_engine ({rule.max_in_engine})"
+        if rule.max_in_engine < pool.max_in_engine:
+            raise ValueError(f"{where} is below the pool's admission.max_in_engine ({pool.max_in_engine})")
+        needed = rule.max_in_engine + pool.admission.max_queued + 1
+        if pool.max_ongoing_requests is not None and pool.max_ongoing_requests < needed:
+            raise ValueError(f"{where} does not fit the pool's max_ongoing_requests "
+                             f"({pool.max_ongoing_requests}); it takes {needed} with the queue")
+
+    def max_in_engine_ceiling(self, pool_name: str) -> int:
+        """The most requests a replica of the pool may ever hand its engine: its
+        admission.max_in_engine, or the ceiling of its run-time concurrency rule."""
+        scaling = self.autoscaling.pools.get(pool_name)
+        rule = scaling.raise_concurrency if scaling and self.autoscaling.enabled else None
+        return max(self.pools[pool_name].max_in_engine, rule.max_in_engine if rule else 0)
+
+    def ongoing_limit(self, pool_name: str) -> int:
+        """Ray's max_ongoing_requests for a replica: room for the ceiling of its engine
+        concurrency, so that raising it at run time needs no redeployment."""
+        pool = self.pools[pool_name]
+        if pool.max_ongoing_requests is not None:
+            return pool.max_ongoing_requests
+        return pool.ongoing_limit + self.max_in_engine_ceiling(pool_name) - pool.max_in_engine
 
     @property
     def largest_max_model_len(self) -> int:

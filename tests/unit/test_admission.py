@@ -198,3 +198,29 @@ async def test_idle_time_is_not_counted_as_drain_time():
     assert queue.retry_after_s(0) == 6  # (2 waiting + itself) x 2 s, not an hour
     release.set()
     await asyncio.gather(*tasks)
+
+
+async def test_a_raised_engine_limit_lets_waiters_in_at_once_and_a_lowered_one_waits_for_finishes():
+    queue, _ = _queue(AdmissionPolicy.from_config(AdmissionConfig(), max_in_engine=1))
+    order: list[int] = []
+    gates = [asyncio.Event() for _ in range(3)]
+    tasks = [asyncio.create_task(_hold(queue, 0, order, gate)) for gate in gates]
+    await asyncio.sleep(0)
+    assert (queue.in_engine, queue.waiting) == (1, 2)
+    queue.set_max_in_engine(3)
+    await asyncio.sleep(0)
+    assert (queue.in_engine, queue.waiting, queue.max_in_engine) == (3, 0, 3)
+    queue.set_max_in_engine(1)  # nobody is stopped mid-stream
+    assert queue.in_engine == 3
+    late = asyncio.create_task(_hold(queue, 0, order, asyncio.Event()))
+    await asyncio.sleep(0)
+    assert queue.waiting == 1
+    gates[0].set()
+    gates[1].set()
+    await asyncio.sleep(0.01)
+    assert (queue.in_engine, queue.waiting) == (1, 1)  # two left, none entered: still at the limit
+    gates[2].set()
+    await asyncio.gather(*tasks)
+    await asyncio.sleep(0.01)
+    assert (queue.in_engine, queue.waiting) == (1, 0)
+    late.cancel()

@@ -37,9 +37,16 @@ def _step(signals: list[PoolSignals], config=EAGER, state=None, now=1000.0):
         ({"ttft_p99_s": 1.2}, 2, 4, "latency", "TTFT"),
         ({"tpot_p99_s": 0.3}, 2, 4, "latency", "300% of its 100 ms SLO (scale up past 80%); capped at max_replicas 4"),
         ({"ttft_p99_s": 0.39}, 1, 1, "hold", "within SLOs"),
+        # Two of three replicas still starting: one serving at 90% of the SLO asks for two, so hold.
+        ({"ttft_p99_s": 0.45, "serving": 1}, 3, 3, "latency", "2 replica(s) still starting cover it: holding"),
+        # ... at 240% it asks for three serving per one: more than those starting.
+        ({"ttft_p99_s": 1.2, "serving": 1}, 2, 3, "latency", "240%"),
+        # Batch slots mostly empty while busy all the time: the default measure sees the slack.
+        ({"utilization": 0.9, "batch_occupancy": 0.1}, 3, 2, "utilization",
+         "engines' batch slots 10% in use (busy 90% of the time), under the 20% floor"),
         # Utilization: idle engines give a replica back, only while latency is well inside the SLO.
         ({"utilization": 0.1}, 3, 2, "utilization", "engines busy 10% of the time, under the 20% floor"),
-        ({"utilization": 0.1, "ttft_p99_s": 0.3}, 3, 3, "hold", "within SLOs"),
+        ({"utilization": 0.1, "ttft_p99_s": 0.3}, 3, 3, "utilization", "but TTFT p99 300 ms is 60% of its SLO (over 40%): holding"),
         ({"utilization": 0.1}, 1, 1, "hold", "within SLOs"),  # min_replicas
         # Missing metrics: hold.
         ({"ttft_p99_s": None, "tpot_p99_s": None, "utilization": None}, 2, 2, "hold", "no metrics from pool short"),
@@ -142,7 +149,7 @@ def test_bounds_and_shrink_order_come_from_the_config():
     raw["autoscaling"]["pools"] = {"short": {"min_replicas": 1, "max_replicas": 3}}
     config = TrilemmaConfig.from_dict(raw)
     bounds = pool_bounds(config)
-    assert bounds["short"] == PoolBounds(1, 3, slo_ttft_s=0.5, slo_tpot_s=0.1)
+    assert bounds["short"] == PoolBounds(1, 3, slo_ttft_s=0.5, slo_tpot_s=0.1, max_in_engine=16)
     assert (bounds["long"].min_replicas, bounds["long"].max_replicas) == (1, 1)  # unlisted: fixed
     assert shrink_order(config) == ["long", "short"]
 

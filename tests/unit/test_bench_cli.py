@@ -43,7 +43,7 @@ def test_dataset_export_round_trips(tmp_path):
 def test_the_stored_command_masks_the_api_key():
     from argparse import Namespace
 
-    from bench.cli import _command
+    from bench.cli_common import command_line as _command
 
     assert _command(Namespace(argv=["bench", "run", "--api-key", "tk-secret", "--rate", "1"])) == (
         "trilemma bench run --api-key '***' --rate 1")
@@ -51,7 +51,7 @@ def test_the_stored_command_masks_the_api_key():
 
 
 def test_set_overrides_a_config_key_and_names_a_bad_one(tmp_path):
-    from bench.cli import _app_config
+    from bench.cli_common import app_config as _app_config
     from serve_app.config import ConfigError
 
     def args(*overrides):
@@ -68,7 +68,8 @@ def test_set_overrides_a_config_key_and_names_a_bad_one(tmp_path):
 def test_with_takes_only_a_split_run_of_the_same_load(tmp_path):
     import json
 
-    from bench.cli import _earlier_arm, _shown_path
+    from bench.cli import _earlier_arm
+    from bench.cli_common import shown_path as _shown_path
 
     settings = dict(rate=1.0, num_prompts=120, long_fraction=0.05, long_words=3000, short_scenario="chat",
                     long_scenario="batch", warmup_s=30.0, ignore_eos=False, seed=0, set=[])
