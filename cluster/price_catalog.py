@@ -22,6 +22,16 @@ class AcceleratorPrice(StrictModel):
         None, description="The instance live AWS prices are looked up for (price / units_per_instance)."
     )
     units_per_instance: PositiveInt = 1
+    vcpus_per_instance: PositiveInt | None = Field(
+        None, description="vCPUs of the instance: what EC2's vCPU quotas count (`trilemma cluster check`)."
+    )
+    gpu_memory_gib: PositiveFloat | None = Field(
+        None, description="Memory of one GPU; a pool's gpu_memory_gib need is held against it (`cluster plan`)."
+    )
+    ray_detects_as: str | None = Field(
+        None, description="The accelerator type Ray detects on such a node when it differs from the "
+        "catalog's name (both A100 sizes are `A100` to Ray); nodes carry both labels.",
+    )
     on_demand_usd_per_hour: NonNegativeFloat
     spot_usd_per_hour: NonNegativeFloat
     board_power_watts: NonNegativeFloat

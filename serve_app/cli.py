@@ -1,4 +1,4 @@
-"""The `trilemma` command line: serve, prepare the model, check a config, benchmark."""
+"""The `trilemma` command line: serve, prepare the model, check a config, benchmark, plan a cluster."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import time
 from bench.cli import add_commands as add_bench_commands
 from serve_app.config import DEFAULT_CONFIG_PATH, ConfigError, TrilemmaConfig
 from serve_app.autoscale_cli import add_commands as add_autoscale_commands
+from serve_app.cluster_cli import add_commands as add_cluster_commands
 from serve_app.cost_cli import add_commands as add_cost_commands
 from serve_app.model_store import resolve_model_source
 
@@ -38,6 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     add_bench_commands(commands)
     add_cost_commands(commands)
     add_autoscale_commands(commands)
+    add_cluster_commands(commands)
     argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
     args.argv = argv  # results record the command that made them

@@ -23,14 +23,16 @@ from serve_app.pool_config import (
 )
 
 __all__ = [
-    "ARRIVAL_HEADROOM", "CONFIG_DIR", "DEFAULT_CONFIG_PATH", "DEFAULT_QUEUE_SHARE", "REPLICA_ROUTERS",
+    "ARRIVAL_HEADROOM", "CONFIG_DIR", "DEFAULT_CONFIG_PATH", "PROJECT_ROOT", "DEFAULT_QUEUE_SHARE", "REPLICA_ROUTERS",
     "AdmissionConfig", "AutoscalingConfig", "ConfigError", "CostConfig", "HttpConfig", "LocalRayConfig",
     "ModelSpec", "PoolConfig", "PoolScalingConfig", "RouterConfig", "RoutingConfig", "ScenarioConfig",
-    "StrictModel", "TenantsConfig", "TrilemmaConfig",
+    "StrictModel", "TenantsConfig", "TrilemmaConfig", "resolve_config_path",
 ]
 
 CONFIG_DIR = Path(__file__).parent / "configs"
 DEFAULT_CONFIG_PATH = CONFIG_DIR / "local-cpu.yaml"
+# The folder that holds serve_app/: the repository root, or site-packages once installed.
+PROJECT_ROOT = Path(__file__).parent.parent
 
 _NAME = re.compile(r"^[a-z][a-z0-9-]{0,39}$")
 
@@ -246,7 +248,7 @@ class TrilemmaConfig(StrictModel):
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> TrilemmaConfig:
-        path = Path(path)
+        path = resolve_config_path(path)
         try:
             raw = yaml.safe_load(path.read_text())
         except (OSError, yaml.YAMLError) as error:
@@ -256,3 +258,14 @@ class TrilemmaConfig(StrictModel):
     @classmethod
     def from_dict(cls, raw: dict[str, Any], source: str = "config") -> TrilemmaConfig:
         return cls.validated(raw, source)
+
+
+def resolve_config_path(path: str | Path) -> Path:
+    """`path` as given when it exists, else the same relative path under the project: Serve
+    builds the app in a task on the cluster, whose working directory is not the project's, so
+    `config=serve_app/configs/gpu.yaml` must find the installed project's file."""
+    given = Path(path)
+    if given.is_absolute() or given.exists():
+        return given
+    in_project = PROJECT_ROOT / given
+    return in_project if in_project.exists() else given

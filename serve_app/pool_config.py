@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, NonNegativeFloat, PositiveInt, model_validator
+from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, model_validator
 
 from serve_app.config_base import StrictModel
 
@@ -77,6 +77,12 @@ class PoolConfig(StrictModel):
         description="Share of one GPU a replica takes, for pools that share a GPU (set "
         "engine_kwargs.gpu_memory_utilization to match); null: whole GPUs, tensor x pipeline parallel.",
     )
+    gpu_memory_gib: PositiveFloat | None = Field(
+        None,
+        description="GPU memory one replica needs on each GPU it holds (weights, KV cache, "
+        "activations); with gpu_fraction, within its share of the GPU. `trilemma cluster plan` picks "
+        "the cheapest accelerator with that much. Null: the pool needs `accelerator` itself.",
+    )
     quantization: str | None = Field(
         None, description="vLLM quantization method (e.g. `fp8`, `awq`); null for full precision."
     )
@@ -122,6 +128,8 @@ class PoolConfig(StrictModel):
                 raise ValueError("gpu_fraction is for GPU pools; this pool's accelerator is cpu")
             if self.units_of_parallelism > 1:
                 raise ValueError("gpu_fraction needs a single-GPU engine (tensor and pipeline parallel 1)")
+        if self.gpu_memory_gib is not None and self.is_cpu:
+            raise ValueError("gpu_memory_gib is for GPU pools; this pool's accelerator is cpu")
         return self
 
     @model_validator(mode="after")

@@ -1,4 +1,5 @@
-"""The app with fake engines, deployed once for the integration tier."""
+"""The app with fake engines, deployed once for the integration tier; a local AWS-compatible
+server for the tests that talk to AWS."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from ray import serve
 from deployments.fake_engine import FakeEngine
 from serve_app.launcher import deploy
 from tests.support import config_for_tests
+
+MOTO_PORT = 5055
 
 
 @pytest.fixture(scope="package")
@@ -24,3 +27,15 @@ def client(fake_app_url):
     """An HTTP client of the shared app."""
     with httpx.Client(base_url=fake_app_url, timeout=60) as client:
         yield client
+
+
+@pytest.fixture(scope="module")
+def moto_endpoint():
+    """moto's server on this machine: EC2 (offerings, spot price history, ...) and whatever
+    else it implements, with the state of one test module."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=MOTO_PORT)
+    server.start()
+    yield f"http://127.0.0.1:{MOTO_PORT}"
+    server.stop()

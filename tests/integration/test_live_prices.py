@@ -16,23 +16,12 @@ from cluster.price_catalog import PriceCatalog
 
 pytestmark = pytest.mark.integration
 
-MOTO_PORT = 5055
 CATALOG = PriceCatalog.model_validate({
     "as_of": "catalog-date", "energy_usd_per_kwh": 0.1, "cloud_premium_multiplier": 1.0,
     "accelerators": {"H100": {"aws_instance_type": "p5.48xlarge", "units_per_instance": 8,
                               "on_demand_usd_per_hour": 6.0, "spot_usd_per_hour": 3.0, "board_power_watts": 700},
                      "cpu": {"on_demand_usd_per_hour": 0.04, "spot_usd_per_hour": 0.01, "board_power_watts": 8}},
 })
-
-
-@pytest.fixture(scope="module")
-def moto_endpoint():
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=MOTO_PORT)
-    server.start()
-    yield f"http://127.0.0.1:{MOTO_PORT}"
-    server.stop()
 
 
 @pytest.fixture(autouse=True)

@@ -1,0 +1,77 @@
+"""What each GPU pool of a Trilemma config asks of the cluster: GPUs and GPU memory per
+replica, how many replicas at least and at most, and how its machines may be bought."""
+
+from __future__ import annotations
+
+from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
+
+from cluster.price_catalog import Purchase
+from serve_app.config import TrilemmaConfig
+from serve_app.config_base import StrictModel
+
+
+class PoolNeed(StrictModel):
+    pool: str
+    accelerator: str = Field(description="The accelerator the pool names; its replicas ask Ray for it.")
+    gpus_per_replica: PositiveFloat = Field(
+        description="Whole GPUs (tensor x pipeline parallel), or the share of one GPU (gpu_fraction)."
+    )
+    gpu_memory_gib: PositiveFloat | None = Field(
+        None, description="GPU memory the replica needs on each GPU (within its share); null: "
+        "the pool needs its named accelerator.",
+    )
+    min_replicas: NonNegativeInt
+    max_replicas: PositiveInt
+    purchase: Purchase
+
+    @model_validator(mode="after")
+    def _bounds_in_order(self) -> PoolNeed:
+        if self.min_replicas > self.max_replicas:
+            raise ValueError(f"pool {self.pool}: min_replicas {self.min_replicas} > max_replicas {self.max_replicas}")
+        return self
+
+    @property
+    def shares_a_gpu(self) -> bool:
+        return self.gpus_per_replica < 1
+
+    @property
+    def whole_gpus(self) -> int:
+        """GPUs a replica holds whole (1 for a replica on a share of one GPU)."""
+        return max(1, int(self.gpus_per_replica))
+
+    @property
+    def memory_per_gpu_gib(self) -> float | None:
+        """What one GPU must have: a replica on a share of a GPU gets that share of its memory."""
+        if self.gpu_memory_gib is None:
+            return None
+        return self.gpu_memory_gib / self.gpus_per_replica if self.shares_a_gpu else self.gpu_memory_gib
+
+    def describe(self) -> str:
+        """`1 GPU x 80 GiB per replica`, `2 GPUs (H100) per replica`, `0.45 of a GPU with 40 GiB
+        per replica`, `0.45 of one H200 per replica`."""
+        if self.shares_a_gpu:
+            of = f"a GPU with {self.gpu_memory_gib:g} GiB" if self.gpu_memory_gib is not None else f"one {self.accelerator}"
+            return f"{self.gpus_per_replica:g} of {of} per replica"
+        gpus = "1 GPU" if self.whole_gpus == 1 else f"{self.whole_gpus} GPUs"
+        memory = f" x {self.gpu_memory_gib:g} GiB" if self.gpu_memory_gib is not None else f" ({self.accelerator})"
+        return f"{gpus}{memory} per replica"
+
+
+def pool_needs(config: TrilemmaConfig) -> list[PoolNeed]:
+    """The config's GPU pools; a pool the autoscaler scales spans its autoscaling bounds, any
+    other keeps its fixed `replicas`."""
+    needs = []
+    for name, pool in config.pools.items():
+        if pool.is_cpu:
+            continue
+        bounds = config.autoscaling.pools.get(name) if config.autoscaling.enabled else None
+        low, high = (bounds.min_replicas, bounds.max_replicas) if bounds else (pool.replicas, pool.replicas)
+        needs.append(PoolNeed(
+            pool=name, accelerator=pool.accelerator, gpus_per_replica=pool.units,
+            gpu_memory_gib=pool.gpu_memory_gib, min_replicas=low, max_replicas=high, purchase=pool.purchase,
+        ))
+    return needs
+
+
+def cpu_pools(config: TrilemmaConfig) -> list[str]:
+    return [name for name, pool in config.pools.items() if pool.is_cpu]
