@@ -15,6 +15,7 @@ from bench.report import ReportError, write_report, write_sweep
 from bench.results import markdown_table, write_json, write_results
 from bench.runner import EndpointError, Workload, resolve_model, run_point, warm_up
 from bench.autoscale.cli import add_commands as add_autoscale_commands
+from bench.colocate import add_command as add_colocate_command
 from bench.cli_common import (
     RESULTS_DIR,
     add_api_key_arg,
@@ -124,6 +125,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     export.set_defaults(func=bench_dataset)
 
     add_autoscale_commands(sub)
+    add_colocate_command(sub)
 
 
 def bench_dataset(args: argparse.Namespace) -> int:
