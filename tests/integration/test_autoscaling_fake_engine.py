@@ -133,7 +133,7 @@ async def test_a_burst_scales_up_quiet_scales_down_and_every_step_is_explained(a
     down_after = await asyncio.to_thread(_wait_for, 1, 90.0)
     decisions = read_decisions(APP, ["short"])["short"]
     assert len(decisions) > decided_before  # the history went on from where it was
-    text = format_decisions({"short": decisions}, last=20)
+    text = format_decisions({"short": decisions}, last=len(decisions))
     assert any(d["direction"] == "up" and d["policy"] == "latency" for d in decisions), text
     assert any(d["direction"] == "down" and d["policy"] == "utilization" for d in decisions), text
     assert "TTFT p99" in text and "under the 20% floor" in text and "engine concurrency" in text
