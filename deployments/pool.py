@@ -20,10 +20,10 @@ from ray.serve.deployment import Application
 from ray.serve.llm import LLMConfig, build_llm_deployment
 from ray.serve.llm.deployment import LLMServer  # Ray 2.58 warns on the `ray.serve.llm` alias
 
+from autoscaling.control_board import RayControlBoard, concurrency_key
 from cluster.price_catalog import ReplicaRate
 from deployments.admission import AdmissionPolicy, request_priority
 from deployments.admission_queue import AdmissionQueue
-from autoscaling.control_board import RayControlBoard, concurrency_key
 from deployments.engine_activity import EngineActivity
 from deployments.kv_cache_probe import KvCacheProbe
 from deployments.latency_window import LatencyWindow
