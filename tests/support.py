@@ -26,3 +26,12 @@ def config_for_tests() -> TrilemmaConfig:
     raw["scenarios"]["closed"] = {"priority": 3, "pools": [], "description": "no pool"}
     raw["costs"]["live_prices"] = "off"  # tests price from the shipped catalog, whatever the machine
     return TrilemmaConfig.from_dict(raw)
+
+
+def aws_client(service: str, region: str = "us-east-1", endpoint: str | None = None):
+    """A boto3 client that fails fast: tests talk to a local AWS-compatible server or a stub."""
+    import boto3
+    from botocore.config import Config
+
+    config = Config(connect_timeout=1, read_timeout=5, retries={"max_attempts": 1})
+    return boto3.client(service, region_name=region, endpoint_url=endpoint, config=config)

@@ -39,3 +39,10 @@ def moto_endpoint():
     server.start()
     yield f"http://127.0.0.1:{MOTO_PORT}"
     server.stop()
+
+
+@pytest.fixture
+def fake_aws_credentials(monkeypatch):
+    """Credentials boto3 accepts and no real account has: nothing can reach AWS itself."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")

@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-import boto3
 import pytest
-from botocore.config import Config
 from botocore.stub import Stubber
 
 from cluster import launcher_config
@@ -18,8 +16,9 @@ from cluster.launcher_config import DEFAULT_LAUNCHER_PATH
 from cluster.preflight import QUOTAS, launched_types, quota_family, run_checks
 from cluster.price_catalog import PriceCatalog
 from serve_app.cli import main
+from tests.support import aws_client as client
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("fake_aws_credentials")]
 
 # moto stamps its spot price history 2006-01-02 15:04 UTC: an hour later it is current.
 MOTO_SPOT_NOW = dt.datetime(2006, 1, 2, 16, 4, tzinfo=dt.timezone.utc)
@@ -30,18 +29,7 @@ CATALOG = PriceCatalog.from_yaml()
 PLENTY = 10_000.0
 
 
-@pytest.fixture(autouse=True)
-def fake_credentials(monkeypatch):
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-
-
-def client(service, region="us-east-1", endpoint=None):
-    config = Config(connect_timeout=1, read_timeout=5, retries={"max_attempts": 1})
-    return boto3.client(service, region_name=region, endpoint_url=endpoint, config=config)
-
-
-def stubbed_quotas(values: dict[str, float | None]) -> boto3.client:
+def stubbed_quotas(values: dict[str, float | None]):
     """A Service Quotas client answering, in the order the check asks, each quota's value; None
     answers as AWS does for a quota never raised: NoSuchResource, then the default (5)."""
     quotas = client("service-quotas")

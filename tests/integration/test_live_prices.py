@@ -6,15 +6,14 @@ from __future__ import annotations
 import json
 import logging
 
-import boto3
 import pytest
-from botocore.config import Config
 from botocore.stub import Stubber
 
 from cluster.live_prices import LivePrices, on_demand_usd_per_hour, spot_usd_per_hour
 from cluster.price_catalog import PriceCatalog
+from tests.support import aws_client as client
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("fake_aws_credentials")]
 
 CATALOG = PriceCatalog.model_validate({
     "as_of": "catalog-date", "energy_usd_per_kwh": 0.1, "cloud_premium_multiplier": 1.0,
@@ -22,17 +21,6 @@ CATALOG = PriceCatalog.model_validate({
                               "on_demand_usd_per_hour": 6.0, "spot_usd_per_hour": 3.0, "board_power_watts": 700},
                      "cpu": {"on_demand_usd_per_hour": 0.04, "spot_usd_per_hour": 0.01, "board_power_watts": 8}},
 })
-
-
-@pytest.fixture(autouse=True)
-def fake_credentials(monkeypatch):
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-
-
-def client(service, region="us-east-1", endpoint=None):
-    config = Config(connect_timeout=1, read_timeout=5, retries={"max_attempts": 1})
-    return boto3.client(service, region_name=region, endpoint_url=endpoint, config=config)
 
 
 def price_list_entry(usd: str) -> str:
