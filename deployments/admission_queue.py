@@ -72,6 +72,10 @@ class AdmissionQueue:
     def waiting(self) -> int:
         return len(self._waiting)
 
+    @property
+    def max_in_engine(self) -> int:
+        return self._policy.max_in_engine
+
     def state(self) -> QueueState:
         return QueueState(self._in_engine, tuple(waiter.priority for waiter in self._waiting))
 

@@ -144,12 +144,16 @@ class PoolServer(LLMServer):
         return stats
 
     async def engine_activity(self) -> dict[str, Any]:
-        """This replica's busy clock; the router gathers it from every replica by broadcast."""
+        """This replica's busy clock and its admission queue now; the router gathers them from
+        every replica by broadcast (a batch job reads the queue to give way to online work)."""
         return {
             "replica": serve.get_replica_context().replica_id.unique_id,
             **self._activity.snapshot().to_dict(),
             "prefill_s_per_token": self._work.prefill_s_per_token,
             "decode_s_per_token": self._work.decode_s_per_token,
+            "in_engine": self._admission.in_engine,
+            "max_in_engine": self._admission.max_in_engine,
+            "waiting": self._admission.waiting,
         }
 
     async def _warm_up(self) -> None:
