@@ -89,6 +89,13 @@ class ChunkingConfig(StrictModel):
     )
 
 
+class LatencySloConfig(StrictModel):
+    metrics_url: str = Field(description="The app's Prometheus metrics, e.g. http://127.0.0.1:8080/metrics.")
+    scenario: str = Field("chat", description="The online scenario whose p99 TTFT the job protects.")
+    ttft_p99_ms: PositiveInt = Field(description="Its SLO: over it the job shrinks.")
+    headroom: float = Field(0.8, gt=0, le=1, description="Over this share of the SLO the job stops growing.")
+
+
 class ConcurrencyConfig(StrictModel):
     initial: PositiveInt = Field(2, description="Requests in flight at the start (serve mode).")
     max: PositiveInt = Field(16, description="Cap on requests in flight, whatever the signals say.")
@@ -96,11 +103,16 @@ class ConcurrencyConfig(StrictModel):
     decrease_factor: float = Field(
         0.5, gt=0, lt=1, description="Multiplies the limit on a 429 or a congested pool (at most once per window).",
     )
-    pool_poll_interval_s: PositiveFloat | None = Field(
-        2.0, description="How often the app's GET /trilemma/pools is read for queued requests; null: never.",
+    signal_interval_s: PositiveFloat | None = Field(
+        2.0, description="How often the service's signals are read: the pools' queues (GET "
+        "/trilemma/pools) and, when watched, the online latency; null: 429s alone pace the job.",
     )
     documents_in_flight: PositiveInt | None = Field(
         None, description="Documents being summarized at once; null: `max` (every request slot can be used).",
+    )
+    latency_slo: LatencySloConfig | None = Field(
+        None, description="Shrink when an online scenario's p99 TTFT (read every signal_interval_s "
+        "from the app's metrics) passes its SLO; null: not watched.",
     )
 
     @model_validator(mode="after")

@@ -88,15 +88,15 @@ def run(config: SummarizeConfig, *, api_key: str | None = None) -> RunReport:
     store = ResultsStore(state_location(config, target))
     store.lock()
     try:
-        return _run_locked(config, reading.documents, reading.problems, store, target, fmt,
-                           api_key or os.environ.get(config.serve.api_key_env))
+        return _run_locked(config, reading.documents, reading.problems, len(reading.ignored_files), store, target,
+                           fmt, api_key or os.environ.get(config.serve.api_key_env))
     finally:
         store.close()
 
 
 def _run_locked(
-    config: SummarizeConfig, documents: list[Document], problems: list, store: ResultsStore, target: Location,
-    fmt: str, api_key: str | None,
+    config: SummarizeConfig, documents: list[Document], problems: list, ignored_files: int, store: ResultsStore,
+    target: Location, fmt: str, api_key: str | None,
 ) -> RunReport:
     stored = store.load()
     if stored.torn_lines:
@@ -108,7 +108,8 @@ def _run_locked(
 
         check_app(config.serve.url, config.model.name, api_key)
     report = RunReport(documents=len(documents), already_done=plan.already_done,
-                       problems=[str(problem) for problem in problems])
+                       problems=[str(problem) for problem in problems], ignored_files=ignored_files,
+                       concurrency_cap=config.concurrency.max if config.mode == "serve" else None)
     metadata = {document.id: document.metadata for document in documents}
     started = time.monotonic()
     try:
@@ -151,6 +152,7 @@ def _summarize(
             )
             store.append(record)
             report.count(record)
+            report.observe_limit(row.get("concurrency_limit"))
             progress.update(record, row.get("concurrency_limit"))
     finally:
         progress.close()

@@ -81,7 +81,6 @@ async def summarize_document(
         groups = combine_groups([partial.tokens for partial in partials], combine_budget_tokens)
         if len(groups) == len(partials):
             raise ValueError(f"no two partial summaries fit a combine prompt of {combine_budget_tokens} tokens")
-
         partials = await _all([combined(group, partials) for group in groups])
     outcome.summary = partials[0].text.strip() if partials else ""
     return outcome

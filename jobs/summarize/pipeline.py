@@ -14,6 +14,7 @@ from jobs.summarize.chunking import ChunkPlan
 from jobs.summarize.concurrency import AimdSettings
 from jobs.summarize.config import SummarizeConfig
 from jobs.summarize.inputs import Document
+from jobs.summarize.latency_signal import LatencyWatch
 from jobs.summarize.prompts import Prompts
 from jobs.summarize.serve_client import ServeSettings
 from jobs.summarize.stages import ChunkStage, ServeSummarizeStage, SummarizeSettings
@@ -49,7 +50,7 @@ def quiet_ray_data() -> None:
 
 
 def summarize_settings(config: SummarizeConfig, plan: ChunkPlan, api_key: str | None) -> SummarizeSettings:
-    concurrency = config.concurrency
+    concurrency, slo = config.concurrency, config.concurrency.latency_slo
     return SummarizeSettings(
         serve=ServeSettings(
             url=config.serve.url, model=config.model.name, scenario=config.serve.scenario, pool=config.serve.pool,
@@ -60,7 +61,8 @@ def summarize_settings(config: SummarizeConfig, plan: ChunkPlan, api_key: str | 
                           decrease_factor=concurrency.decrease_factor),
         prompts=Prompts.from_config(config.prompt),
         combine_budget_tokens=plan.combine_budget_tokens,
-        pool_poll_interval_s=concurrency.pool_poll_interval_s,
+        signal_interval_s=concurrency.signal_interval_s,
+        latency=LatencyWatch(slo.metrics_url, slo.scenario, slo.ttft_p99_ms, slo.headroom) if slo else None,
     )
 
 

@@ -14,7 +14,7 @@ from typing import Any, Iterable
 from jobs.summarize.concurrency import Load
 
 POOLS_PATH = "/trilemma/pools"
-_SEVERITY = {"clear": 0, "busy": 1, "congested": 2}
+SEVERITY = {"clear": 0, "busy": 1, "congested": 2}
 
 
 @dataclass(frozen=True)
@@ -67,6 +67,6 @@ def job_load(readings: dict[str, PoolReading], pools_used: Iterable[str]) -> tup
         load = readings[name].load
         if load != "clear":
             details.append(readings[name].describe())
-        if _SEVERITY[load] > _SEVERITY[worst]:
+        if SEVERITY[load] > SEVERITY[worst]:
             worst = load
     return worst, "; ".join(details)

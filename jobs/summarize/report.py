@@ -23,6 +23,9 @@ class RunReport:
     interrupted: bool = False
     error: str | None = None  # what stopped the run early, if anything did
     output: str | None = None  # the final output's URI, once written
+    concurrency_seen: tuple[int, int] | None = None  # lowest and highest in-flight limit (serve mode)
+    concurrency_cap: int | None = None
+    ignored_files: int = 0  # files of a folder input without a document suffix
     problems: list[str] = field(default_factory=list)  # skipped input lines and rows
     failures: list[str] = field(default_factory=list)  # "id: error" of documents failed this run
 
@@ -41,6 +44,12 @@ class RunReport:
         if record.status == "done" and record.cost_usd is None:
             self.cost_known = False
         self.cost_usd += record.cost_usd or 0.0
+
+    def observe_limit(self, limit: int | None) -> None:
+        if limit is None:
+            return
+        low, high = self.concurrency_seen or (limit, limit)
+        self.concurrency_seen = (min(low, limit), max(high, limit))
 
     @property
     def settled(self) -> int:
@@ -69,6 +78,11 @@ class RunReport:
             f"  cost           {cost}; {per_doc} per document",
             f"  speed          {rate} documents/s over {self.elapsed_s:.1f} s",
         ]
+        if self.concurrency_seen:
+            low, high = self.concurrency_seen
+            lines.append(f"  in flight      limit between {low} and {high} requests (cap {self.concurrency_cap})")
+        if self.ignored_files:
+            lines.append(f"  ignored        {self.ignored_files} file(s) of the input folder without a document suffix")
         if self.output:
             lines.append(f"  output         {self.output}")
         for label, items in (("skipped input", self.problems), ("failed", self.failures)):

@@ -16,8 +16,10 @@ from urllib.parse import quote
 
 import httpx
 
+from jobs.summarize.concurrency import Load
+from jobs.summarize.latency_signal import LatencyWatch
 from jobs.summarize.mapreduce import Completion
-from jobs.summarize.pool_load import POOLS_PATH, job_load, parse_pools
+from jobs.summarize.pool_load import POOLS_PATH, SEVERITY, job_load, parse_pools
 from jobs.summarize.prompts import Messages
 from jobs.summarize.request_gate import RequestGate
 
@@ -130,22 +132,45 @@ class ServeClient:
             pool=pool,
         )
 
-    async def watch_pools(self, interval_s: float) -> None:
-        """Reads the pools' queues every `interval_s` and tells the gate; runs until cancelled.
-        An app that does not answer with queue figures is not asked again."""
-        while True:
-            try:
-                response = await self._http.get(POOLS_PATH, timeout=10)
-                readings = parse_pools(response.json()) if response.status_code == 200 else None
-            except (httpx.HTTPError, ValueError):
-                readings = None  # a missed reading; the next one may do
-            else:
-                if readings is None:
-                    logger.info("the app reports no pool queues; pacing by 429s alone")
-                    return
-                await self.gate.observed(*job_load(readings, self.pools_used))
+    async def watch_service(self, interval_s: float, latency: LatencyWatch | None = None) -> None:
+        """Every `interval_s`, reads the pools' queues (and the online latency, when watched)
+        and tells the gate the worst of what they show; runs until cancelled. A source that
+        cannot give a reading (an app without queue figures) is not asked again."""
+        pools_readable = True
+        while pools_readable or latency is not None:
+            readings: list[tuple[Load, str]] = []
+            if pools_readable:
+                pools = await self._get_json(POOLS_PATH)
+                parsed = parse_pools(pools) if pools is not None else None
+                if pools is not None and parsed is None:
+                    logger.info("the app reports no pool queues; pacing by 429s%s", " and latency" if latency else "")
+                    pools_readable = False
+                elif parsed is not None:
+                    readings.append(job_load(parsed, self.pools_used))
+            if latency is not None:
+                text = await self._get_text(latency.metrics_url)
+                reading = latency.reading(text) if text is not None else None
+                if reading is not None:
+                    readings.append(reading)
+            if readings:
+                worst = max(readings, key=lambda item: SEVERITY[item[0]])
+                await self.gate.observed(worst[0], "; ".join(detail for _, detail in readings if detail))
             await asyncio.sleep(interval_s)
 
+    async def _get_json(self, path: str) -> Any | None:
+        """A JSON answer, or None for a missed reading (the next may do)."""
+        try:
+            response = await self._http.get(path, timeout=10)
+            return response.json() if response.status_code == 200 else None
+        except (httpx.HTTPError, ValueError):
+            return None
+
+    async def _get_text(self, url: str) -> str | None:
+        try:
+            response = await self._http.get(url, timeout=10)
+            return response.text if response.status_code == 200 else None
+        except httpx.HTTPError:
+            return None
 
 def _error(response: httpx.Response) -> dict[str, Any]:
     try:

@@ -13,6 +13,7 @@ import pyarrow as pa
 
 from jobs.summarize.chunking import Chunker, ChunkPlan
 from jobs.summarize.concurrency import AimdController, AimdSettings
+from jobs.summarize.latency_signal import LatencyWatch
 from jobs.summarize.mapreduce import Outcome, summarize_document
 from jobs.summarize.prompts import Prompts
 from jobs.summarize.request_gate import RequestGate
@@ -43,7 +44,8 @@ class SummarizeSettings:
     aimd: AimdSettings
     prompts: Prompts
     combine_budget_tokens: int
-    pool_poll_interval_s: float | None
+    signal_interval_s: float | None
+    latency: LatencyWatch | None = None
 
 
 class ServeSummarizeStage:
@@ -61,9 +63,9 @@ class ServeSummarizeStage:
         if self._client is None:
             gate = RequestGate(AimdController(self._settings.aimd))
             self._client = ServeClient(self._settings.serve, gate)
-            if self._settings.pool_poll_interval_s:
+            if self._settings.signal_interval_s:
                 self._watcher = asyncio.get_running_loop().create_task(
-                    self._client.watch_pools(self._settings.pool_poll_interval_s)
+                    self._client.watch_service(self._settings.signal_interval_s, self._settings.latency)
                 )
         return self._client
 

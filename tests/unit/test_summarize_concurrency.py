@@ -186,3 +186,52 @@ async def test_client_errors_and_budgets_fail_at_once():
     with pytest.raises(RequestFailed, match="HTTP 400: too long"):
         await client.complete([{"role": "user", "content": "x"}], "a")
     assert len(seen) == 1
+
+
+def ttft_histogram(chat_buckets: dict[str, int]) -> str:
+    """Ray's exposition of the router's TTFT histogram for the chat scenario."""
+    lines = [f'ray_trilemma_ttft_seconds_bucket{{le="{le}",scenario="chat",priority="0"}} {count}'
+             for le, count in chat_buckets.items()]
+    return "\n".join(lines) + "\n"
+
+
+def test_online_latency_over_its_slo_shrinks_the_job_near_it_holds():
+    from jobs.summarize.latency_signal import LatencyWatch, judge
+
+    assert [judge(p99, 1000, 0.8) for p99 in (500, 900, 1500)] == ["clear", "busy", "congested"]
+    watch = LatencyWatch("http://app:8080/metrics", "chat", slo_ms=1000)
+    assert watch.reading(ttft_histogram({"0.5": 10, "1.0": 10, "2.0": 10, "+Inf": 10})) is None  # one scrape: no window
+    # The next 100 requests: 90 under 0.5 s, 10 between 1 and 2 s: p99 ~1.9 s.
+    load, detail = watch.reading(ttft_histogram({"0.5": 100, "1.0": 100, "2.0": 110, "+Inf": 110}))
+    assert load == "congested" and detail.startswith("chat TTFT p99 19") and "SLO 1000 ms" in detail
+    # A window without chat requests says nothing.
+    assert watch.reading(ttft_histogram({"0.5": 100, "1.0": 100, "2.0": 110, "+Inf": 110})) is None
+
+
+async def test_the_watcher_shrinks_the_job_while_a_pool_queues():
+    payloads = [pools_payload(short=[(16, 16, 4)]), pools_payload(short=[(16, 16, 2)]),
+                pools_payload(short=[(3, 16, 0)])]
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json=payloads.pop(0) if len(payloads) > 1 else payloads[0])
+
+    http = httpx.AsyncClient(base_url="http://app", transport=httpx.MockTransport(handler))
+    gate = RequestGate(AimdController(AimdSettings(initial=8)))
+    client = ServeClient(ServeSettings(url="http://app", model="m"), gate, http)
+    watcher = asyncio.create_task(client.watch_service(0.01))
+    await asyncio.sleep(0.2)
+    watcher.cancel()
+    assert gate.controller.limit == 2 and gate.controller.load == "clear"  # halved twice, then clear again
+
+
+async def test_the_watcher_stops_asking_an_app_without_queue_figures():
+    asked = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        asked.append(request.url.path)
+        return httpx.Response(200, json={"pools": {"short": {"replicas": [{"busy_s": 1.0}]}}})
+
+    http = httpx.AsyncClient(base_url="http://app", transport=httpx.MockTransport(handler))
+    client = ServeClient(ServeSettings(url="http://app", model="m"), RequestGate(controller()), http)
+    await asyncio.wait_for(client.watch_service(0.01), timeout=5)
+    assert asked == ["/trilemma/pools"]
