@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import signal
 import sys
 from typing import Any
 
@@ -77,23 +76,16 @@ def load_config(args: argparse.Namespace) -> SummarizeConfig:
     return config.with_overrides(overrides) if overrides else config
 
 
-def _stop_on_sigterm() -> None:
-    """`ray job stop` sends SIGTERM: stop as Ctrl-C does, recording what finished."""
-    def stop(signum, frame):
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, stop)
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("jobs").setLevel(logging.INFO)
     from jobs.summarize.job import run
+    from jobs.summarize.pipeline import stop_on_sigterm
 
     try:
         config = load_config(args)
-        _stop_on_sigterm()
+        stop_on_sigterm()
         report = run(config, api_key=args.api_key)
     except (AppUnavailable, ConfigError, InputError, OutputFormatError, StorageError) as error:
         print(f"summarize: {error}", file=sys.stderr)

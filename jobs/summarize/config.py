@@ -117,8 +117,10 @@ class ConcurrencyConfig(StrictModel):
 
     @model_validator(mode="after")
     def _ordered(self) -> ConcurrencyConfig:
-        if not self.min <= self.initial <= self.max:
-            raise ValueError(f"concurrency needs min <= initial <= max; got {self.min}, {self.initial}, {self.max}")
+        if self.min > self.max:
+            raise ValueError(f"concurrency.min ({self.min}) is over concurrency.max ({self.max})")
+        # A cap set under the default start (`--max-concurrency 1`) means start there too.
+        object.__setattr__(self, "initial", min(max(self.initial, self.min), self.max))
         return self
 
 

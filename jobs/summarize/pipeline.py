@@ -6,6 +6,8 @@ from __future__ import annotations
 import logging
 import math
 import os
+import signal
+import threading
 from typing import Any, Iterator
 
 import ray
@@ -39,6 +41,17 @@ def ensure_ray() -> None:
     else:
         ray.init(num_cpus=max(LOCAL_RAY_MIN_CPUS, os.cpu_count() or 1), include_dashboard=False,
                  log_to_driver=False)
+    stop_on_sigterm()  # again: ray.init puts in a handler of its own that exits on the spot
+
+
+def stop_on_sigterm() -> None:
+    """`ray job stop` sends SIGTERM: stop as Ctrl-C does, so the run records what finished and
+    prints its report."""
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, stop)
 
 
 def quiet_ray_data() -> None:

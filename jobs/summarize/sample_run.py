@@ -30,11 +30,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--url", help="an app already serving (default: the config's http address)")
     parser.add_argument("--config", default=str(DEFAULT_CONFIG_PATH), help="app config, if one must be started")
+    parser.add_argument("--port", type=int, help="override the config's http.port")
     parser.add_argument("--out", default="build/summarize-sample", help="folder for the corpus and the summaries")
     parser.add_argument("--count", type=int, help="sample documents (default: all 12, three of them long)")
     parser.add_argument("--max-tokens", type=int, default=64, help="longest summary, in tokens")
     args, job_args = parser.parse_known_args(argv)  # the rest goes to the job as it is
     config = TrilemmaConfig.from_yaml(args.config)
+    if args.port:
+        config = config.model_copy(update={"http": config.http.model_copy(update={"port": args.port})})
     url = args.url or f"http://{config.http.host}:{config.http.port}"
     out = Path(args.out).resolve()
     corpus = write_sample(out / "corpus.jsonl", args.count)

@@ -27,7 +27,7 @@ def test_the_shipped_config_file_is_the_defaults():
         ({"prompt": {"template": "Summarize this"}}, "prompt.template must contain {text}"),
         ({"prompt": {"max_tokens": 700}}, "prompt.max_tokens (700) leaves no room to combine"),
         ({"chunking": {"chunk_tokens": 64, "overlap_tokens": 64}}, "overlap_tokens (64) must be under"),
-        ({"concurrency": {"initial": 32}}, "min <= initial <= max"),
+        ({"concurrency": {"min": 8, "max": 4}}, "concurrency.min (8) is over concurrency.max (4)"),
         ({"mode": "offline"}, "mode: Input should be 'serve' or 'engine'"),
     ],
 )
@@ -50,6 +50,7 @@ def test_flags_and_set_override_the_file(tmp_path, capsys):
     assert (config.input.uri, config.prompt.max_tokens, config.concurrency.max, config.concurrency.initial) == (
         "in.jsonl", 64, 4, 3)
     assert config.progress is False and config.serve.pool is None
+    assert load_config(parser().parse_args(["--max-concurrency", "1"])).concurrency.initial == 1  # start at the cap
 
 
 def run_cli(tmp_path, *args):
