@@ -11,7 +11,7 @@ from typing import Any, Iterator
 
 from jobs.summarize.chunking import Chunker, ChunkPlan, plan_chunks
 from jobs.summarize.config import SummarizeConfig
-from jobs.summarize.inputs import Document, InputError, read_documents
+from jobs.summarize.inputs import Document, InputError, InputProblem, read_documents
 from jobs.summarize.outputs import output_format, write_output
 from jobs.summarize.progress import Progress
 from jobs.summarize.prompts import Prompts
@@ -95,18 +95,22 @@ def run(config: SummarizeConfig, *, api_key: str | None = None) -> RunReport:
 
 
 def _run_locked(
-    config: SummarizeConfig, documents: list[Document], problems: list, ignored_files: int, store: ResultsStore,
-    target: Location, fmt: str, api_key: str | None,
+    config: SummarizeConfig, documents: list[Document], problems: list[InputProblem], ignored_files: int,
+    store: ResultsStore, target: Location, fmt: str, api_key: str | None,
 ) -> RunReport:
     stored = store.load()
     if stored.torn_lines:
         logger.warning("%d torn result lines from a killed run are ignored; their documents are redone",
                        stored.torn_lines)
     plan = plan_run(documents, stored, config.mode)
-    if plan.to_send and config.mode == "serve":
-        from jobs.summarize.serve_client import check_app
+    model_source = chunks = None
+    if plan.to_send:  # what can be refused is refused now, before anything is sent
+        model_source = resolve_model_source(config.model.source)
+        chunks = chunk_plan(config, Chunker(model_source))
+        if config.mode == "serve":
+            from jobs.summarize.serve_client import check_app
 
-        check_app(config.serve.url, config.model.name, api_key)
+            check_app(config.serve.url, config.model.name, api_key)
     report = RunReport(documents=len(documents), already_done=plan.already_done,
                        problems=[str(problem) for problem in problems], ignored_files=ignored_files,
                        concurrency_cap=config.concurrency.max if config.mode == "serve" else None)
@@ -118,7 +122,7 @@ def _run_locked(
         for record in plan.not_sent:
             report.count(record)
         if plan.to_send:
-            _summarize(config, plan.to_send, stored, metadata, store, report, api_key)
+            _summarize(config, plan.to_send, chunks, model_source, stored, metadata, store, report, api_key)
     except KeyboardInterrupt:
         report.interrupted = True
     except Exception as error:  # noqa: BLE001 - what was recorded stays; the report says what stopped it
@@ -137,11 +141,12 @@ def _run_locked(
 
 
 def _summarize(
-    config: SummarizeConfig, documents: list[Document], stored: StoredResults, metadata: dict[str, Any],
-    store: ResultsStore, report: RunReport, api_key: str | None,
+    config: SummarizeConfig, documents: list[Document], plan: ChunkPlan, model_source: str, stored: StoredResults,
+    metadata: dict[str, Any], store: ResultsStore, report: RunReport, api_key: str | None,
 ) -> None:
-    model_source = resolve_model_source(config.model.source)
-    plan = chunk_plan(config, Chunker(model_source))
+    from jobs.summarize.pipeline import ensure_ray
+
+    started_ray = ensure_ray()
     progress = Progress(len(documents), enabled=config.progress)
     try:
         for row in _results(config, documents, plan, model_source, api_key):
@@ -156,13 +161,15 @@ def _summarize(
             progress.update(record, row.get("concurrency_limit"))
     finally:
         progress.close()
+        if started_ray:
+            # vLLM's engine processes outlive the actors Ray stops; the launcher's shutdown reaps them.
+            from serve_app.launcher import shutdown_local_ray
+
+            shutdown_local_ray()
 
 
 def _results(config: SummarizeConfig, documents: list[Document], plan: ChunkPlan, model_source: str,
              api_key: str | None) -> Iterator[dict[str, Any]]:
-    from jobs.summarize.pipeline import ensure_ray
-
-    ensure_ray()
     if config.mode == "serve":
         from jobs.summarize.pipeline import serve_results
 

@@ -31,17 +31,19 @@ CHUNK_STAGE_CPUS = 0.5
 LOCAL_RAY_MIN_CPUS = 4
 
 
-def ensure_ray() -> None:
-    """Joins the cluster `ray job submit` (or RAY_ADDRESS) names, else starts a local one."""
+def ensure_ray() -> bool:
+    """Joins the cluster `ray job submit` (or RAY_ADDRESS) names, else starts a local one;
+    True when it started one (the caller then shuts it down: `shutdown_local_ray`)."""
     quiet_ray_data()
     if ray.is_initialized():
-        return
+        return False
     if os.environ.get("RAY_ADDRESS"):
         ray.init(log_to_driver=False)
     else:
         ray.init(num_cpus=max(LOCAL_RAY_MIN_CPUS, os.cpu_count() or 1), include_dashboard=False,
                  log_to_driver=False)
-    stop_on_sigterm()  # again: ray.init puts in a handler of its own that exits on the spot
+    stop_on_sigterm()  # again: every ray.init() call puts in a handler of its own that exits on the spot
+    return not os.environ.get("RAY_ADDRESS")
 
 
 def stop_on_sigterm() -> None:

@@ -67,7 +67,7 @@ class RunReport:
     def render(self) -> str:
         cost = _usd(self.cost_usd) + ("" if self.cost_known else " (some requests reported no cost)")
         per_doc = _usd(self.usd_per_document) if self.usd_per_document is not None else "-"
-        rate = f"{self.documents_per_s:.2f}" if self.documents_per_s is not None else "-"
+        rate = f"{self.documents_per_s:.3g}" if self.documents_per_s is not None else "-"
         lines = [
             "summarize: " + ("interrupted" if self.interrupted else "stopped early" if self.error else "finished"),
             f"  documents      {self.documents} in the input; {self.settled} settled, {self.failed} failed, "

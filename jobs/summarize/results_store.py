@@ -40,7 +40,7 @@ class ResultRecord:
     chunks: int = 0
     requests: int = 0
     document_tokens: int | None = None
-    attempts: int = 1  # runs that tried to summarize it, this one included
+    attempts: int = 1  # runs that recorded a summary or a failure for it, this one included
     mode: str = "serve"
     metadata: dict[str, Any] = field(default_factory=dict)
     finished_at: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))

@@ -111,3 +111,9 @@ def test_the_sample_corpus_is_real_text_with_long_documents(embedded_model_dir, 
         "pass", "lambda", "assert", "import"]
     path = write_sample(tmp_path / "sample" / "corpus.jsonl", count=3, long_count=1)
     assert len(path.read_text().splitlines()) == 3
+
+
+def test_a_chunk_size_that_cannot_fit_is_refused_before_anything_is_sent(tmp_path, capsys):
+    (tmp_path / "in.jsonl").write_text('{"id": "a", "text": "Some text."}\n')
+    assert run_cli(tmp_path, "--input", str(tmp_path / "in.jsonl"), "--chunk-tokens", "2000") == 2
+    assert "chunking.chunk_tokens 2000 does not fit: context 2048 - max_tokens 128" in capsys.readouterr().err
