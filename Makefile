@@ -9,7 +9,7 @@ EXTRAS ?= cpu,test
 # Root installs system packages directly; anyone else through sudo.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup model serve test test-fast prometheus gpu-bench clean
+.PHONY: setup model serve summarize-sample test test-fast prometheus gpu-bench clean
 
 setup: $(INSTALLED)
 
@@ -26,6 +26,12 @@ model: setup
 
 serve: setup
 	$(VENV)/bin/trilemma serve --config $(CONFIG)
+
+# The batch summarization job on its sample corpus (Python's own help topics), through the app
+# at http.port when one runs, else through one started for it. Output: $(SAMPLE_OUT)/summaries.jsonl.
+SAMPLE_OUT ?= build/summarize-sample
+summarize-sample: setup
+	$(PY) -m jobs.summarize.sample_run --config $(CONFIG) --out $(SAMPLE_OUT)
 
 # The e2e tier checks the app's metrics with a real Prometheus server: Debian's package.
 prometheus:

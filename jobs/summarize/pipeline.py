@@ -1,0 +1,107 @@
+"""Serve mode's Ray Data pipeline: documents -> chunks (model tokenizer) -> summaries through
+the app -> rows the driver records as they arrive."""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import signal
+import threading
+from typing import Any, Iterator
+
+import ray
+
+from jobs.summarize.chunking import ChunkPlan
+from jobs.summarize.concurrency import AimdSettings
+from jobs.summarize.config import SummarizeConfig
+from jobs.summarize.inputs import Document
+from jobs.summarize.latency_signal import LatencyWatch
+from jobs.summarize.prompts import Prompts
+from jobs.summarize.serve_client import ServeSettings
+from jobs.summarize.stages import ChunkStage, ServeSummarizeStage, SummarizeSettings
+
+# Documents per Ray Data batch: rows of a batch come back together, so small batches record
+# finished documents sooner (and lose fewer to a kill) at a little scheduling cost.
+DOCUMENTS_PER_BATCH = 2
+# Tokenizing is CPU work, but brief; the summarize actor only waits on the network.
+CHUNK_STAGE_CPUS = 0.5
+# A job that starts its own Ray on a small machine advertises at least this many CPUs, as the
+# app does (serve_app.config.LocalRayConfig): stages reserve fractions, engines whole CPUs.
+LOCAL_RAY_MIN_CPUS = 4
+
+
+def ensure_ray() -> bool:
+    """Joins the cluster `ray job submit` (or RAY_ADDRESS) names, else starts a local one;
+    True when it started one (the caller then shuts it down: `shutdown_local_ray`)."""
+    quiet_ray_data()
+    if ray.is_initialized():
+        return False
+    if os.environ.get("RAY_ADDRESS"):
+        ray.init(log_to_driver=False)
+    else:
+        ray.init(num_cpus=max(LOCAL_RAY_MIN_CPUS, os.cpu_count() or 1), include_dashboard=False,
+                 log_to_driver=False)
+    stop_on_sigterm()  # again: every ray.init() call puts in a handler of its own that exits on the spot
+    return not os.environ.get("RAY_ADDRESS")
+
+
+def stop_on_sigterm() -> None:
+    """`ray job stop` sends SIGTERM: stop as Ctrl-C does, so the run records what finished and
+    prints its report."""
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, stop)
+
+
+def quiet_ray_data() -> None:
+    """The job draws its own progress bar; Ray Data's bars and per-run logs would garble it."""
+    context = ray.data.DataContext.get_current()
+    context.enable_progress_bars = False
+    context.print_on_execution_start = False
+    logging.getLogger("ray.data").setLevel(logging.WARNING)
+
+
+def summarize_settings(config: SummarizeConfig, plan: ChunkPlan, api_key: str | None) -> SummarizeSettings:
+    concurrency, slo = config.concurrency, config.concurrency.latency_slo
+    return SummarizeSettings(
+        serve=ServeSettings(
+            url=config.serve.url, model=config.model.name, scenario=config.serve.scenario, pool=config.serve.pool,
+            api_key=api_key, max_tokens=config.prompt.max_tokens, temperature=config.prompt.temperature,
+            timeout_s=config.serve.request_timeout_s, max_attempts=config.serve.max_attempts,
+        ),
+        aimd=AimdSettings(initial=concurrency.initial, minimum=concurrency.min, maximum=concurrency.max,
+                          decrease_factor=concurrency.decrease_factor),
+        prompts=Prompts.from_config(config.prompt),
+        combine_budget_tokens=plan.combine_budget_tokens,
+        signal_interval_s=concurrency.signal_interval_s,
+        latency=LatencyWatch(slo.metrics_url, slo.scenario, slo.ttft_p99_ms, slo.headroom) if slo else None,
+    )
+
+
+def serve_results(
+    config: SummarizeConfig, documents: list[Document], plan: ChunkPlan, tokenizer_source: str,
+    api_key: str | None,
+) -> Iterator[dict[str, Any]]:
+    """One result row per document, in the order they finish (roughly)."""
+    in_flight = config.concurrency.documents_in_flight or config.concurrency.max
+    per_batch = min(DOCUMENTS_PER_BATCH, in_flight)
+    batches_at_once = math.ceil(in_flight / per_batch)
+    rows = [{"id": document.id, "text": document.text} for document in documents]
+    dataset = ray.data.from_items(rows, override_num_blocks=max(1, math.ceil(len(rows) / per_batch)))
+    dataset = dataset.map(
+        ChunkStage, fn_constructor_kwargs={"tokenizer_source": tokenizer_source, "plan": plan},
+        compute=ray.data.ActorPoolStrategy(size=1), num_cpus=CHUNK_STAGE_CPUS,
+    )
+    dataset = dataset.map_batches(
+        ServeSummarizeStage,
+        fn_constructor_kwargs={"settings": summarize_settings(config, plan, api_key)},
+        batch_size=per_batch, batch_format="pyarrow", num_cpus=0,
+        # One actor: one controller sees every request. Its batches run at once on its loop.
+        compute=ray.data.ActorPoolStrategy(
+            size=1, max_tasks_in_flight_per_actor=batches_at_once, max_concurrent_calls_per_actor=batches_at_once,
+        ),
+    )
+    yield from dataset.iter_rows()
