@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("jobs").setLevel(logging.INFO)
     from jobs.summarize.job import run
-    from jobs.summarize.pipeline import stop_on_sigterm
+    from jobs.summarize.ray_session import stop_on_sigterm
 
     try:
         config = load_config(args)

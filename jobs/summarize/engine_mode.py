@@ -186,7 +186,7 @@ def ray_pass(config: SummarizeConfig, model_source: str, plan: ChunkPlan) -> Run
     import ray
     from ray.data.llm import build_processor
 
-    from jobs.summarize.pipeline import stop_on_sigterm
+    from jobs.summarize.ray_session import stop_on_sigterm
 
     prompts, sampling = Prompts.from_config(config.prompt), {
         "max_tokens": config.prompt.max_tokens, "temperature": config.prompt.temperature}

@@ -144,7 +144,7 @@ def _summarize(
     config: SummarizeConfig, documents: list[Document], plan: ChunkPlan, model_source: str, stored: StoredResults,
     metadata: dict[str, Any], store: ResultsStore, report: RunReport, api_key: str | None,
 ) -> None:
-    from jobs.summarize.pipeline import ensure_ray
+    from jobs.summarize.ray_session import ensure_ray, release_ray
 
     started_ray = ensure_ray()
     progress = Progress(len(documents), enabled=config.progress)
@@ -161,11 +161,7 @@ def _summarize(
             progress.update(record, row.get("concurrency_limit"))
     finally:
         progress.close()
-        if started_ray:
-            # vLLM's engine processes outlive the actors Ray stops; the launcher's shutdown reaps them.
-            from serve_app.launcher import shutdown_local_ray
-
-            shutdown_local_ray()
+        release_ray(started_ray)
 
 
 def _results(config: SummarizeConfig, documents: list[Document], plan: ChunkPlan, model_source: str,

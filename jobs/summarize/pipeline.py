@@ -3,11 +3,7 @@ the app -> rows the driver records as they arrive."""
 
 from __future__ import annotations
 
-import logging
 import math
-import os
-import signal
-import threading
 from typing import Any, Iterator
 
 import ray
@@ -26,44 +22,6 @@ from jobs.summarize.stages import ChunkStage, ServeSummarizeStage, SummarizeSett
 DOCUMENTS_PER_BATCH = 2
 # Tokenizing is CPU work, but brief; the summarize actor only waits on the network.
 CHUNK_STAGE_CPUS = 0.5
-# A job that starts its own Ray on a small machine advertises at least this many CPUs, as the
-# app does (serve_app.config.LocalRayConfig): stages reserve fractions, engines whole CPUs.
-LOCAL_RAY_MIN_CPUS = 4
-
-
-def ensure_ray() -> bool:
-    """Joins the cluster `ray job submit` (or RAY_ADDRESS) names, else starts a local one;
-    True when it started one (the caller then shuts it down: `shutdown_local_ray`)."""
-    quiet_ray_data()
-    if ray.is_initialized():
-        return False
-    if os.environ.get("RAY_ADDRESS"):
-        ray.init(log_to_driver=False)
-    else:
-        ray.init(num_cpus=max(LOCAL_RAY_MIN_CPUS, os.cpu_count() or 1), include_dashboard=False,
-                 log_to_driver=False)
-    stop_on_sigterm()  # again: every ray.init() call puts in a handler of its own that exits on the spot
-    return not os.environ.get("RAY_ADDRESS")
-
-
-def stop_on_sigterm() -> None:
-    """`ray job stop` sends SIGTERM: stop as Ctrl-C does, so the run records what finished and
-    prints its report."""
-    def stop(signum, frame):
-        raise KeyboardInterrupt
-
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, stop)
-
-
-def quiet_ray_data() -> None:
-    """The job draws its own progress bar; Ray Data's bars and per-run logs would garble it."""
-    context = ray.data.DataContext.get_current()
-    context.enable_progress_bars = False
-    context.print_on_execution_start = False
-    logging.getLogger("ray.data").setLevel(logging.WARNING)
-
-
 def summarize_settings(config: SummarizeConfig, plan: ChunkPlan, api_key: str | None) -> SummarizeSettings:
     concurrency, slo = config.concurrency, config.concurrency.latency_slo
     return SummarizeSettings(

@@ -1,0 +1,57 @@
+"""The job's Ray: join the cluster or start one, keep Ray Data quiet beside the progress bar,
+stop gracefully on SIGTERM, and shut down what the job started."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+
+import ray
+
+# A job that starts its own Ray on a small machine advertises at least this many CPUs, as the
+# app does (serve_app.config.LocalRayConfig): stages reserve fractions, engines whole CPUs.
+LOCAL_RAY_MIN_CPUS = 4
+
+
+def ensure_ray() -> bool:
+    """Joins the cluster `ray job submit` (or RAY_ADDRESS) names, else starts a local one;
+    True when it started one, for the caller to shut down (`release_ray`)."""
+    quiet_ray_data()
+    if ray.is_initialized():
+        return False
+    if os.environ.get("RAY_ADDRESS"):
+        ray.init(log_to_driver=False)
+    else:
+        ray.init(num_cpus=max(LOCAL_RAY_MIN_CPUS, os.cpu_count() or 1), include_dashboard=False,
+                 log_to_driver=False)
+    stop_on_sigterm()  # again: every ray.init() call puts in a handler of its own that exits on the spot
+    return not os.environ.get("RAY_ADDRESS")
+
+
+def stop_on_sigterm() -> None:
+    """`ray job stop` sends SIGTERM: stop as Ctrl-C does, so the run records what finished and
+    prints its report."""
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, stop)
+
+
+def quiet_ray_data() -> None:
+    """The job draws its own progress bar; Ray Data's bars and per-run logs would garble it."""
+    context = ray.data.DataContext.get_current()
+    context.enable_progress_bars = False
+    context.print_on_execution_start = False
+    logging.getLogger("ray.data").setLevel(logging.WARNING)
+
+
+def release_ray(started: bool) -> None:
+    """Shuts down a Ray the job started, with the vLLM engine processes it leaves behind (they
+    outlive the actors Ray stops: serve_app.launcher reaps them)."""
+    if started:
+        from serve_app.launcher import shutdown_local_ray
+
+        shutdown_local_ray()
