@@ -9,6 +9,7 @@ every scenario) say how much work the deployment did in each window.
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import subprocess
 import sys
@@ -24,6 +25,7 @@ from bench.load_generator import run_load
 from bench.metrics import RequestRecord, distribution_ms
 from bench.server_latency import scrape, settled_scrape
 from cluster.exposition import samples
+from jobs.summarize.sample_corpus import write_sample
 from serve_app.config import TrilemmaConfig
 
 TOKENS_METRIC = "ray_trilemma_tokens_total"
@@ -45,62 +47,111 @@ def _online(url: str, model: str, *, rate: float, count: int, seed: int, output_
                                 api_key=api_key, arrivals=poisson_arrival_times(rate, count, seed=seed)))
 
 
-def _phase(url: str, model: str, metrics_url: str, load: dict[str, Any], api_key: str | None) -> dict[str, Any]:
+def _window(url: str, model: str, metrics_url: str, load: dict[str, Any], seed: int,
+            api_key: str | None) -> tuple[list[RequestRecord], float, float | None]:
+    """One phase of chat: its records, the window's length, and the tokens the app counted in it."""
     before, started = scrape(metrics_url), time.monotonic()
-    records, duration = _online(url, model, api_key=api_key, **load)
+    records, _ = _online(url, model, api_key=api_key, **{**load, "seed": seed})
     after = settled_scrape(metrics_url)
-    window = time.monotonic() - started
     done = [tokens_done(before), tokens_done(after)]
+    return records, time.monotonic() - started, None if None in done else done[1] - done[0]
+
+
+def _arm(windows: list[tuple[list[RequestRecord], float, float | None]]) -> dict[str, Any]:
+    """One arm's figures over all its rounds' windows pooled."""
+    records = [r for window in windows for r in window[0]]
     chat = [r for r in records if r.ok]
+    seconds = sum(window[1] for window in windows)
+    tokens = None if any(window[2] is None for window in windows) else sum(window[2] for window in windows)
     return {
-        "requests": len(records), "failed": len(records) - len(chat), "duration_s": duration,
+        "requests": len(records), "failed": len(records) - len(chat),
         "chat_ttft_ms": distribution_ms([r.ttft_s for r in chat if r.ttft_s is not None]),
         "chat_tpot_ms": distribution_ms([r.tpot_s for r in chat if r.tpot_s is not None]),
-        "window_s": window,
-        "tokens": None if None in done else done[1] - done[0],
-        "total_tokens_per_s": None if None in done else (done[1] - done[0]) / window,
+        "window_s": seconds, "tokens": tokens,
+        "total_tokens_per_s": None if tokens is None else tokens / seconds,
+        "rounds": [{"chat_ttft_p99_ms": distribution_ms([r.ttft_s for r in w[0] if r.ok and r.ttft_s is not None])["p99"],
+                    "total_tokens_per_s": None if w[2] is None else w[2] / w[1]} for w in windows],
     }
 
 
+class BatchJob:
+    """`python -m jobs.summarize` as `ray job submit` would run it: on the serving cluster, through
+    the app. Stopping it is Ctrl-C; starting it again with the same output resumes it."""
+
+    def __init__(self, url: str, output: Path, args: list[str]) -> None:
+        import ray
+
+        self.command = [sys.executable, "-m", "jobs.summarize", "--url", url, "--no-progress",
+                        "--output", str(output), *args]
+        self.env = {**os.environ, "RAY_ADDRESS": ray.get_runtime_context().gcs_address}
+        self.process: subprocess.Popen | None = None
+        self.outputs: list[str] = []
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(self.command, env=self.env, stdout=subprocess.PIPE,
+                                        stderr=subprocess.STDOUT, text=True)
+
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def stop(self) -> None:
+        if self.process is None:
+            return
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)  # the job records what finished and stops
+        self.outputs.append(self.process.communicate(timeout=180)[0])
+        self.process = None
+
+
 def measure_colocation(config: TrilemmaConfig, *, metrics_url: str, rate: float, count: int, output_tokens: int,
-                       job_args: list[str], job_lead_s: float, seed: int = 0,
+                       job_args: list[str], job_lead_s: float, rounds: int = 1, corpus_copies: int = 1, seed: int = 0,
                        api_key: str | None = None) -> dict[str, Any]:
+    """`rounds` times: chat alone, then chat beside the job (stopped after each round and resumed
+    in the next), so slow drift of the machine falls on both arms alike."""
     from serve_app.launcher import deployed  # Ray Serve LLM and vLLM: only for a run
 
-    load = {"rate": rate, "count": count, "seed": seed, "output_tokens": output_tokens}
+    load = {"rate": rate, "count": count, "output_tokens": output_tokens}
+    alone, beside, through = [], [], []
     with deployed(config) as url, tempfile.TemporaryDirectory() as scratch:
         model = config.model.name
-        _online(url, model, rate=rate, count=min(count, 8), seed=seed + 1, output_tokens=output_tokens,
+        _online(url, model, rate=rate, count=min(count, 8), seed=seed + 10_000, output_tokens=output_tokens,
                 api_key=api_key)  # warm-up, uncounted
-        alone = _phase(url, model, metrics_url, load, api_key)
-        command = [sys.executable, "-m", "jobs.summarize", "--url", url, "--no-progress",
-                   "--output", str(Path(scratch) / "summaries.jsonl"), *job_args]
-        job = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        input_args = []
+        if "--input" not in job_args:  # every help topic: minutes of work, so the job outlasts the window
+            corpus = write_sample(Path(scratch) / "corpus.jsonl", every_topic=True, copies=corpus_copies)
+            input_args = ["--input", str(corpus)]
+        job = BatchJob(url, Path(scratch) / "summaries.jsonl", [*input_args, *job_args])
         try:
-            time.sleep(job_lead_s)  # the job reads, chunks and reaches its pace before the window
-            if job.poll() is not None:
-                raise RuntimeError(f"the batch job ended before the window: {job.stdout.read()[-2000:]}")
-            beside = _phase(url, model, metrics_url, load, api_key)
-            still_running = job.poll() is None
+            for round_ in range(rounds):
+                alone.append(_window(url, model, metrics_url, load, seed + round_, api_key))
+                job.start()
+                time.sleep(job_lead_s)  # the job reads, chunks and reaches its pace before the window
+                if not job.running():
+                    job.stop()
+                    raise RuntimeError(f"the batch job ended before the window: {job.outputs[-1][-2000:]}")
+                beside.append(_window(url, model, metrics_url, load, seed + round_, api_key))
+                through.append(job.running())
+                job.stop()
         finally:
-            if job.poll() is None:
-                job.send_signal(signal.SIGINT)  # the job records what finished and stops
-            job_output = job.communicate(timeout=120)[0]
-    ttft_ratio = beside["chat_ttft_ms"]["p99"] / alone["chat_ttft_ms"]["p99"]
-    throughput_ratio = (beside["total_tokens_per_s"] / alone["total_tokens_per_s"]
-                        if alone["total_tokens_per_s"] and beside["total_tokens_per_s"] is not None else None)
+            job.stop()
+    alone_arm, beside_arm = _arm(alone), _arm(beside)
+    ttft_ratio = beside_arm["chat_ttft_ms"]["p99"] / alone_arm["chat_ttft_ms"]["p99"]
+    throughput_ratio = (beside_arm["total_tokens_per_s"] / alone_arm["total_tokens_per_s"]
+                        if alone_arm["total_tokens_per_s"] and beside_arm["total_tokens_per_s"] is not None else None)
     return {
-        "kind": "colocation", "load": load, "job": {"args": job_args, "lead_s": job_lead_s,
-                                                     "ran_through_the_window": still_running,
-                                                     "output_tail": job_output[-1500:]},
-        "phases": {"online_only": alone, "online_with_batch_job": beside},
+        "kind": "colocation", "load": {**load, "seed": seed, "rounds": rounds},
+        "job": {"args": job_args, "lead_s": job_lead_s,
+                "input": "given" if "--input" in job_args else
+                f"every Python help topic (pydoc_data.topics){f' x {corpus_copies}' if corpus_copies > 1 else ''}",
+                "ran_through_every_window": all(through), "reports": [out[-1200:] for out in job.outputs]},
+        "phases": {"online_only": alone_arm, "online_with_batch_job": beside_arm},
         "ratios": {"chat_ttft_p99_with_job_over_alone": ttft_ratio,
                    "total_tokens_per_s_with_job_over_alone": throughput_ratio},
         "verdict": {"chat_ttft_p99_within_1_1x": ttft_ratio <= TTFT_TARGET,
                     "total_tokens_per_s_at_least_1_5x": throughput_ratio is not None
                     and throughput_ratio >= THROUGHPUT_TARGET,
-                    "no_chat_request_failed": not alone["failed"] and not beside["failed"],
-                    "job_ran_through_the_window": still_running},
+                    "no_chat_request_failed": not alone_arm["failed"] and not beside_arm["failed"],
+                    "job_ran_through_every_window": all(through)},
     }
 
 
@@ -110,26 +161,31 @@ def markdown(result: dict[str, Any]) -> str:
         phase = result["phases"][name]
         ttft, tpot = phase["chat_ttft_ms"], phase["chat_tpot_ms"]
         tps = phase["total_tokens_per_s"]
-        rows.append(f"| {label} | {ttft['p50']:.0f} | {ttft['p99']:.0f} | {tpot['p50']:.1f} | {tpot['p99']:.1f} "
-                    f"| {'-' if tps is None else f'{tps:.1f}'} | {phase['requests'] - phase['failed']}/{phase['requests']} |")
-    ratios, verdict = result["ratios"], result["verdict"]
+        per_round = ", ".join(f"{r['chat_ttft_p99_ms']:.0f}" for r in phase.get("rounds", []))
+        rows.append(f"| {label} | {ttft['p50']:.0f} | {ttft['p99']:.0f} | {per_round or '-'} | {tpot['p50']:.1f} "
+                    f"| {tpot['p99']:.1f} | {'-' if tps is None else f'{tps:.1f}'} "
+                    f"| {phase['requests'] - phase['failed']}/{phase['requests']} |")
+    ratios, verdict, load, job = result["ratios"], result["verdict"], result["load"], result["job"]
     throughput = ratios["total_tokens_per_s_with_job_over_alone"]
+    rounds = load.get("rounds", 1)
     return "\n".join([
         f"# {result['name']}", "", f"Command: `{result['command']}`", "",
-        f"Chat at {result['load']['rate']:g} req/s (Poisson, {result['load']['count']} requests of "
-        f"{result['load']['output_tokens']} tokens), alone and then with the batch job running "
-        f"(`python -m jobs.summarize {' '.join(result['job']['args'])}`, started {result['job']['lead_s']:.0f} s "
-        "before the window). Total tokens/s: every scenario's prompt and completion tokens by the app's "
-        "counters over the window.", "",
-        "| phase | chat TTFT p50 (ms) | chat TTFT p99 (ms) | chat TPOT p50 (ms) | chat TPOT p99 (ms) "
-        "| total tokens/s | chat ok/sent |",
-        "|---|---|---|---|---|---|---|", *rows, "",
+        f"Chat at {load['rate']:g} req/s (Poisson, {load['count']} requests of {load['output_tokens']} tokens "
+        f"per phase), alone and then beside the batch job, {rounds} round{'s' if rounds > 1 else ''} of each, "
+        "interleaved on one deployment. The job (`python -m jobs.summarize "
+        f"{' '.join(job['args'])}`, input: {job['input']}) joins the serving cluster as `ray job submit` "
+        f"would, starts {job['lead_s']:.0f} s before its window, and is stopped with Ctrl-C after it; the "
+        "next round resumes it. Total tokens/s: every scenario's prompt and completion tokens by the app's "
+        "counters over the windows.", "",
+        "| phase | chat TTFT p50 (ms) | chat TTFT p99 (ms) | p99 by round (ms) | chat TPOT p50 (ms) "
+        "| chat TPOT p99 (ms) | total tokens/s | chat ok/sent |",
+        "|---|---|---|---|---|---|---|---|", *rows, "",
         f"- Chat p99 TTFT with the job over alone: **{ratios['chat_ttft_p99_with_job_over_alone']:.2f}** "
         f"(target at most 1.1): {'met' if verdict['chat_ttft_p99_within_1_1x'] else 'missed'}.",
         f"- Total tokens/s with the job over alone: **{'-' if throughput is None else f'{throughput:.2f}'}** "
         f"(target at least 1.5): {'met' if verdict['total_tokens_per_s_at_least_1_5x'] else 'missed'}.",
         f"- Chat requests failed: {'none' if verdict['no_chat_request_failed'] else 'some'}; the job ran "
-        f"through the window: {'yes' if verdict['job_ran_through_the_window'] else 'no'}.", "",
+        f"through every window: {'yes' if verdict['job_ran_through_every_window'] else 'no'}.", "",
     ]) + "\n"
 
 
@@ -142,9 +198,14 @@ def add_command(sub) -> None:
     colocate.add_argument("--rate", type=float, default=1.0, help="chat requests per second (Poisson)")
     colocate.add_argument("--num-prompts", type=int, default=90, help="chat requests per phase")
     colocate.add_argument("--output-tokens", type=int, default=64, help="tokens per chat answer (ignore_eos)")
+    colocate.add_argument("--rounds", type=int, default=1,
+                          help="alone/beside pairs, interleaved (the job resumes each round)")
+    colocate.add_argument("--corpus-copies", type=int, default=1,
+                          help="without --input: the help topics this many times over (a GPU needs more work)")
     colocate.add_argument("--job-lead-s", type=float, default=30.0, help="seconds the job runs before the window")
     colocate.add_argument("--job-arg", action="append", default=[], metavar="ARG",
-                          help="an argument for `python -m jobs.summarize` (repeat; give --input at least)")
+                          help="an argument for `python -m jobs.summarize` (repeat); without --input the job "
+                               "summarizes every Python help topic")
     colocate.add_argument("--seed", type=int, default=0)
     add_output_args(colocate, "colocate")
     colocate.set_defaults(func=bench_colocate)
@@ -158,15 +219,13 @@ def bench_colocate(args) -> int:
 
     try:
         config = app_config(args)
-        if "--input" not in args.job_arg:
-            raise ConfigError("give the job its input: --job-arg=--input --job-arg=PATH")
     except ConfigError as error:
         return fail(error)
     try:
         result = measure_colocation(
             config, metrics_url=f"http://127.0.0.1:{config.local_ray.metrics_export_port}/metrics",
             rate=args.rate, count=args.num_prompts, output_tokens=args.output_tokens, job_args=args.job_arg,
-            job_lead_s=args.job_lead_s, seed=args.seed, api_key=args.api_key)
+            job_lead_s=args.job_lead_s, rounds=args.rounds, corpus_copies=args.corpus_copies, seed=args.seed, api_key=args.api_key)
     finally:
         shutdown_local_ray()
     name = args.name or "colocate"

@@ -2,7 +2,7 @@
 # The GPU proof on one H200: the engine alone, then the app (router overhead and isolation).
 #   usage: bench/gpu_bench.sh [engine|app-overhead|app-isolation|all|STEP] [OUT_DIR]
 # Steps that fit in 10 minutes each: engine, app-overhead (two deployments), app-overhead-moderate,
-# app-isolation-split, app-isolation-shared (which completes the split arm's result).
+# app-isolation-split, app-isolation-shared (which completes the split arm's result), app-colocate.
 # Needs vLLM and Ray importable (on the H200 host: PYTHONPATH of the installed wheelhouse) and
 # the architecture folders under $MODELS (default .wh/gpu/models). Weights are random
 # (load_format dummy): speed does not depend on their values.
@@ -55,6 +55,16 @@ app_isolation_shared() {
     --with "$out/isolation-8b-split.json" --name isolation-8b
 }
 
+app_colocate() {
+  # Chat on the short pool at the isolation run's rate, alone and beside the batch summarization
+  # job on the long pool; the help topics 40 times over keep an 8B engine busy through the windows.
+  python3 -m serve_app.cli bench colocate --config "$config" --set "model.source=$models/llama-8b-shape" \
+    --rate 16 --num-prompts 640 --output-tokens 128 --rounds 2 --job-lead-s 20 --corpus-copies 40 \
+    --job-arg=--pool --job-arg=long --job-arg=--model --job-arg="$models/llama-8b-shape" \
+    --job-arg=--set --job-arg=model.name=llama-8b-shape --job-arg=--max-concurrency --job-arg=32 \
+    --out "$out" --name colocate-8b --no-progress
+}
+
 case "$step" in
   engine) engine ;;
   app-overhead) app_overhead ;;
@@ -62,7 +72,8 @@ case "$step" in
   app-isolation) app_isolation ;;
   app-isolation-split) app_isolation_split ;;
   app-isolation-shared) app_isolation_shared ;;
-  all) engine; app_overhead; app_overhead_moderate; app_isolation ;;
+  app-colocate) app_colocate ;;
+  all) engine; app_overhead; app_overhead_moderate; app_isolation; app_colocate ;;
   *) echo "unknown step $step: engine, app-overhead, app-overhead-moderate, app-isolation," \
-          "app-isolation-split, app-isolation-shared or all" >&2; exit 2 ;;
+          "app-isolation-split, app-isolation-shared, app-colocate or all" >&2; exit 2 ;;
 esac

@@ -3,6 +3,7 @@ anything is sent (no app and no Ray needed for any of it); the sample corpus."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -111,6 +112,15 @@ def test_the_sample_corpus_is_real_text_with_long_documents(embedded_model_dir, 
         "pass", "lambda", "assert", "import"]
     path = write_sample(tmp_path / "sample" / "corpus.jsonl", count=3, long_count=1)
     assert len(path.read_text().splitlines()) == 3
+
+
+def test_every_topic_is_a_larger_corpus_with_unique_ids(tmp_path):
+    every = [json.loads(line) for line in
+             write_sample(tmp_path / "every.jsonl", every_topic=True).read_text().splitlines()]
+    ids = [d["id"] for d in every]
+    assert len(set(ids)) == len(ids) > len(sample_documents())
+    assert {d["id"] for d in sample_documents()} <= set(ids)
+    assert all(d["text"] for d in every)
 
 
 def test_a_chunk_size_that_cannot_fit_is_refused_before_anything_is_sent(tmp_path, capsys):
