@@ -59,7 +59,7 @@ app_colocate() {
   # Chat on the short pool at the isolation run's rate, alone and beside the batch summarization
   # job on the long pool; the help topics 40 times over keep an 8B engine busy through the windows.
   python3 -m serve_app.cli bench colocate --config "$config" --set "model.source=$models/llama-8b-shape" \
-    --rate 16 --num-prompts 640 --output-tokens 128 --rounds 2 --job-lead-s 20 --corpus-copies 40 \
+    --rate 16 --num-prompts 480 --output-tokens 128 --rounds 1 --job-lead-s 20 --corpus-copies 40 \
     --job-arg=--pool --job-arg=long --job-arg=--model --job-arg="$models/llama-8b-shape" \
     --job-arg=--set --job-arg=model.name=llama-8b-shape --job-arg=--max-concurrency --job-arg=32 \
     --out "$out" --name colocate-8b --no-progress
