@@ -24,6 +24,7 @@ from autoscaling.control_board import RayControlBoard, concurrency_key
 from cluster.price_catalog import ReplicaRate
 from deployments.admission import AdmissionPolicy, request_priority
 from deployments.admission_queue import AdmissionQueue
+from deployments.cpu_niceness import apply_cpu_niceness
 from deployments.engine_activity import EngineActivity
 from deployments.kv_cache_probe import KvCacheProbe
 from deployments.latency_window import LatencyWindow
@@ -56,8 +57,11 @@ class PoolServer(LLMServer):
 
     async def __init__(
         self, llm_config: LLMConfig, *, pool_name: str, replica_rate: dict, admission: dict,
-        max_in_engine: int, max_in_engine_ceiling: int | None = None, **kwargs: Any
+        max_in_engine: int, max_in_engine_ceiling: int | None = None, cpu_niceness: int | None = None,
+        **kwargs: Any
     ) -> None:
+        # Before the base constructor, which starts the engine: its processes inherit the value.
+        apply_cpu_niceness(cpu_niceness, log=logger)
         # Set before the base constructor, which starts the replica.
         self._pool_name = pool_name
         self._max_in_engine = (max_in_engine, max_in_engine_ceiling or max_in_engine)
@@ -283,6 +287,7 @@ def build_pool_deployment(
         "pool_name": pool_name, "replica_rate": rate.model_dump(),
         "admission": pool.admission.model_dump(), "max_in_engine": pool.max_in_engine,
         "max_in_engine_ceiling": max_in_engine_ceiling or pool.max_in_engine,
+        "cpu_niceness": pool.cpu_niceness,
     }
     if engine_cls is not None:
         bind_kwargs["engine_cls"] = engine_cls

@@ -113,6 +113,12 @@ class PoolConfig(StrictModel):
     env: dict[str, str] = Field(
         default_factory=dict, description="Environment variables of the engine processes."
     )
+    cpu_niceness: int | None = Field(
+        None, ge=0, le=19,
+        description="Nice value of the pool's replica and engine processes (Ray starts them at 15); "
+        "on a CPU host, a higher value makes the pool yield contended cores to the other pools "
+        "(19 for a pool that carries batch or long-context work beside a chat pool). Null: Ray's.",
+    )
 
     @model_validator(mode="after")
     def _engine_kwargs_do_not_shadow_fields(self) -> PoolConfig:
