@@ -1,9 +1,10 @@
 """Co-location: the batch summarization job on the GPUs (or cores) that serve chat.
 
-One deployment serves the same Poisson schedule of real-time chat twice: alone, then with
-`python -m jobs.summarize` running beside it as the lowest-priority `batch` scenario. The
-client's chat TTFT says what users felt; the app's own token counters (`trilemma_tokens_total`,
-every scenario) say how much work the deployment did in each window.
+One deployment serves the same Poisson schedule of real-time chat alone, then beside
+`python -m jobs.summarize` running as the lowest-priority `batch` scenario, for a number of
+interleaved rounds (the job is stopped after each and resumes in the next). The client's chat
+TTFT says what users felt; the app's own token counters (`trilemma_tokens_total`, every
+scenario) say how much work the deployment did in each window.
 """
 
 from __future__ import annotations
@@ -57,6 +58,10 @@ def _window(url: str, model: str, metrics_url: str, load: dict[str, Any], seed: 
     return records, time.monotonic() - started, None if None in done else done[1] - done[0]
 
 
+def _ttft_p99_ms(records: list[RequestRecord]) -> float:
+    return distribution_ms([r.ttft_s for r in records if r.ok and r.ttft_s is not None])["p99"]
+
+
 def _arm(windows: list[tuple[list[RequestRecord], float, float | None]]) -> dict[str, Any]:
     """One arm's figures over all its rounds' windows pooled."""
     records = [r for window in windows for r in window[0]]
@@ -69,8 +74,8 @@ def _arm(windows: list[tuple[list[RequestRecord], float, float | None]]) -> dict
         "chat_tpot_ms": distribution_ms([r.tpot_s for r in chat if r.tpot_s is not None]),
         "window_s": seconds, "tokens": tokens,
         "total_tokens_per_s": None if tokens is None else tokens / seconds,
-        "rounds": [{"chat_ttft_p99_ms": distribution_ms([r.ttft_s for r in w[0] if r.ok and r.ttft_s is not None])["p99"],
-                    "total_tokens_per_s": None if w[2] is None else w[2] / w[1]} for w in windows],
+        "rounds": [{"chat_ttft_p99_ms": _ttft_p99_ms(records), "total_tokens_per_s": None if n is None else n / s}
+                   for records, s, n in windows],
     }
 
 
@@ -104,8 +109,8 @@ class BatchJob:
 
 
 def measure_colocation(config: TrilemmaConfig, *, metrics_url: str, rate: float, count: int, output_tokens: int,
-                       job_args: list[str], job_lead_s: float, rounds: int = 1, corpus_copies: int = 1, seed: int = 0,
-                       api_key: str | None = None) -> dict[str, Any]:
+                       job_args: list[str], job_lead_s: float, rounds: int = 1, corpus_copies: int = 1,
+                       seed: int = 0, api_key: str | None = None) -> dict[str, Any]:
     """`rounds` times: chat alone, then chat beside the job (stopped after each round and resumed
     in the next), so slow drift of the machine falls on both arms alike."""
     from serve_app.launcher import deployed  # Ray Serve LLM and vLLM: only for a run
@@ -219,13 +224,17 @@ def bench_colocate(args) -> int:
 
     try:
         config = app_config(args)
+        for flag, value in (("--rounds", args.rounds), ("--corpus-copies", args.corpus_copies)):
+            if value < 1:
+                raise ConfigError(f"{flag} must be at least 1; got {value}")
     except ConfigError as error:
         return fail(error)
     try:
         result = measure_colocation(
             config, metrics_url=f"http://127.0.0.1:{config.local_ray.metrics_export_port}/metrics",
             rate=args.rate, count=args.num_prompts, output_tokens=args.output_tokens, job_args=args.job_arg,
-            job_lead_s=args.job_lead_s, rounds=args.rounds, corpus_copies=args.corpus_copies, seed=args.seed, api_key=args.api_key)
+            job_lead_s=args.job_lead_s, rounds=args.rounds, corpus_copies=args.corpus_copies, seed=args.seed,
+            api_key=args.api_key)
     finally:
         shutdown_local_ray()
     name = args.name or "colocate"

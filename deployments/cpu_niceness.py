@@ -18,8 +18,9 @@ from typing import Callable
 def apply_cpu_niceness(
     target: int | None, *, nice: Callable[[int], int] = os.nice, log: logging.Logger | None = None,
 ) -> int:
-    """Raises this process (and the engine processes it starts after) to nice `target`;
-    returns the nice value it runs at."""
+    """Raises the calling thread to nice `target`, and with it the engine processes it starts
+    after (Linux keeps nice values per thread; children inherit their parent thread's); returns
+    the nice value it runs at."""
     current = nice(0)
     if target is None or target == current:
         return current
