@@ -7,8 +7,8 @@ gives the same corpus, in the same order.
 
     python -m jobs.summarize.sample_corpus --out build/sample/corpus.jsonl [--count 12 | --every-topic]
 
-`--every-topic` writes all of them (79 on Python 3.11, about 113,000 tokens with SmolLM2's tokenizer): enough work to keep
-a batch job busy for minutes, as the co-location benchmark needs.
+`--every-topic` writes all of them (79 on Python 3.11, about 113,000 tokens with SmolLM2's
+tokenizer): enough work to keep a batch job busy for minutes, as the co-location benchmark needs.
 """
 
 from __future__ import annotations
