@@ -6,13 +6,12 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import Field, NonNegativeFloat, PositiveInt, model_validator
 
 # The sections below live in modules of their own; they are re-exported here, where every
 # caller looks for the config's parts.
 from serve_app.autoscaling_config import AutoscalingConfig, PoolScalingConfig
-from serve_app.config_base import ConfigError, StrictModel
+from serve_app.config_base import ConfigError, StrictModel, read_yaml
 from serve_app.model_store import EMBEDDED_MODEL_REF
 from serve_app.pool_config import (
     ARRIVAL_HEADROOM,
@@ -249,11 +248,7 @@ class TrilemmaConfig(StrictModel):
     @classmethod
     def from_yaml(cls, path: str | Path) -> TrilemmaConfig:
         path = resolve_config_path(path)
-        try:
-            raw = yaml.safe_load(path.read_text())
-        except (OSError, yaml.YAMLError) as error:
-            raise ConfigError(f"{path}: cannot read config: {error}") from error
-        return cls.from_dict(raw or {}, source=str(path))
+        return cls.from_dict(read_yaml(path), source=str(path))
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any], source: str = "config") -> TrilemmaConfig:

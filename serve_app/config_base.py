@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 
@@ -27,3 +29,11 @@ class StrictModel(BaseModel):
                 for issue in error.errors()
             )
             raise ConfigError(f"{source}: {problems}") from None
+
+
+def read_yaml(path: Path) -> dict[str, Any]:
+    """A config file's mapping (empty for an empty file), or a ConfigError naming the file."""
+    try:
+        return yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError) as error:
+        raise ConfigError(f"{path}: cannot read config: {error}") from error

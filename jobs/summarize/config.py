@@ -5,10 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
 
-from serve_app.config_base import ConfigError, StrictModel
+from serve_app.config_base import ConfigError, StrictModel, read_yaml
 from serve_app.model_store import EMBEDDED_MODEL_REF
 
 TEXT_PLACEHOLDER = "{text}"
@@ -203,12 +202,7 @@ class SummarizeConfig(StrictModel):
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> SummarizeConfig:
-        path = Path(path)
-        try:
-            raw = yaml.safe_load(path.read_text())
-        except (OSError, yaml.YAMLError) as error:
-            raise ConfigError(f"{path}: cannot read config: {error}") from error
-        return cls.validated(raw or {}, str(path))
+        return cls.validated(read_yaml(Path(path)), str(path))
 
     def with_overrides(self, overrides: dict[str, Any], source: str = "command line") -> SummarizeConfig:
         """This config with dotted keys replaced (`prompt.max_tokens` -> 64), validated again."""
