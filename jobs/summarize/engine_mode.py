@@ -13,10 +13,12 @@ among its rows by tokens, so the rows of a pass add up to what its engines cost.
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
+from deployments.cpu_dtype import read_cpu_flags, with_cpu_dtype
 from jobs.summarize.chunking import ChunkPlan, combine_groups
 from jobs.summarize.config import SummarizeConfig
 from jobs.summarize.inputs import Document
@@ -24,6 +26,7 @@ from jobs.summarize.mapreduce import Completion, Outcome, Partial
 from jobs.summarize.prompts import Prompts
 from jobs.summarize.stages import RESULT_COLUMNS, ChunkStage
 
+logger = logging.getLogger(__name__)
 ERROR_COLUMN = "__inference_error__"  # set by ray.data.llm on a row the engine failed
 # A pass: rows in (documents when chunking, else prompts), batches of answered rows out.
 RunPass = Callable[[list[dict[str, Any]], bool], Iterator[list[dict[str, Any]]]]
@@ -37,12 +40,17 @@ def processor_config(config: SummarizeConfig, model_source: str):
 
     engine = config.engine
     stage = {"num_cpus": engine.stage_num_cpus}
+    engine_kwargs = {
+        "max_model_len": config.chunking.context_tokens, "max_num_seqs": engine.max_num_seqs,
+        **engine.engine_kwargs,
+    }
+    if engine.accelerator == "cpu":
+        # The job's engines run on this machine's CPU, as the app's CPU pools do theirs.
+        engine_kwargs, choice = with_cpu_dtype(engine_kwargs, read_cpu_flags())
+        logger.info("engine dtype %s: %s", choice.dtype or "auto", choice.reason)
     options: dict[str, Any] = {
         "model_source": model_source,
-        "engine_kwargs": {
-            "max_model_len": config.chunking.context_tokens, "max_num_seqs": engine.max_num_seqs,
-            **engine.engine_kwargs,
-        },
+        "engine_kwargs": engine_kwargs,
         "concurrency": engine.replicas,
         "batch_size": engine.batch_size,
         "runtime_env": {"env_vars": dict(engine.env)} if engine.env else None,

@@ -35,6 +35,10 @@ def test_build_app_binds_router_and_pools(name):
     assert bound.name == "router"
     pools = bound.init_kwargs["pools"]
     assert {p._bound_deployment.name for p in pools.values()} == {deployment_name(n) for n in config.pools}
+    # A CPU pool's replica picks its engine dtype from the CPU of the node it lands on.
+    for name, pool in pools.items():
+        assert pool._bound_deployment.init_kwargs["cpu_engine"] is config.pools[name].is_cpu
+        assert "dtype" not in pool._bound_deployment.init_kwargs["llm_config"].engine_kwargs
 
 
 def test_app_builder_rejects_unknown_arguments():
