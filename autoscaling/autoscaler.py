@@ -13,13 +13,12 @@ from dataclasses import dataclass, field
 from autoscaling.bounds import PoolBounds
 from autoscaling.concurrency import ConcurrencyDecision, ConcurrencyRulePolicy
 from autoscaling.cost import CostPolicy
-from autoscaling.decision import ScalingDecision
 from autoscaling.latency import LatencyPolicy
-from autoscaling.policy import Fleet, ScalingPolicy
+from autoscaling.policy import Fleet, ScalingDecision, ScalingPolicy
 from autoscaling.signals import PoolSignals
 from autoscaling.state import AutoscalerState
 from autoscaling.utilization import UtilizationPolicy
-from serve_app.config import AutoscalingConfig
+from core.config import AutoscalingConfig
 
 DEFAULT_POLICIES = (LatencyPolicy, UtilizationPolicy, CostPolicy)
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from serve_app.autoscaling_config import ConcurrencyRule
-from serve_app.config import TrilemmaConfig
+from core.autoscaling_config import ConcurrencyRule
+from core.config import TrilemmaConfig
 
 
 @dataclass(frozen=True)

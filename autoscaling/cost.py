@@ -3,8 +3,7 @@ the shrink order; over budget, the cost profile is put in force."""
 
 from __future__ import annotations
 
-from autoscaling.decision import ScalingDecision
-from autoscaling.policy import Fleet, ScalingPolicy
+from autoscaling.policy import Fleet, ScalingDecision, ScalingPolicy
 from autoscaling.state import AutoscalerState
 
 

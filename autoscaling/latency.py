@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import math
 
-from autoscaling.decision import ScalingDecision
-from autoscaling.policy import Fleet, ScalingPolicy
+from autoscaling.policy import Fleet, ScalingDecision, ScalingPolicy
 from autoscaling.state import AutoscalerState
 
 

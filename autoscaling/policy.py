@@ -1,15 +1,32 @@
-"""The one signature every scaling policy has, and the registry configs refer to."""
+"""The one signature every scaling policy has, the decision it returns, and the registry configs refer to."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import ClassVar
+from dataclasses import asdict, dataclass
+from typing import Any, ClassVar
 
 from autoscaling.bounds import PoolBounds
-from autoscaling.decision import ScalingDecision
 from autoscaling.signals import PoolSignals
 from autoscaling.state import AutoscalerState
-from serve_app.config import AutoscalingConfig
+from core.config import AutoscalingConfig
+
+
+@dataclass(frozen=True)
+class ScalingDecision:
+    """The replicas a pool should have, which policy asked, and why."""
+
+    pool: str
+    current: int
+    target: int
+    policy: str
+    reason: str
+
+    @property
+    def direction(self) -> str:
+        return "up" if self.target > self.current else "down" if self.target < self.current else "hold"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "direction": self.direction}
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from serve_app.config import TrilemmaConfig
+from core.config import TrilemmaConfig
 
 POLICY_PATH = "autoscaling.serve_policy:PoolScalingPolicy"
 

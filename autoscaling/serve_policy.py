@@ -32,10 +32,11 @@ from autoscaling.control_board import (
     decisions_key,
     state_key,
 )
-from autoscaling.decision import ScalingDecision
+from autoscaling.policy import ScalingDecision
 from autoscaling.signals import STAT_KEYS, PoolSignals
 from autoscaling.state import AutoscalerState
-from serve_app.config import TrilemmaConfig
+from core import wire
+from core.config import TrilemmaConfig
 
 logger = logging.getLogger("ray.serve")
 
@@ -145,9 +146,9 @@ class PoolScalingPolicy:
 
         if self._metrics is None:
             self._metrics = (
-                Counter("trilemma_scaling_decisions_total", "Autoscaling decisions, by pool, policy and direction.",
+                Counter(wire.SCALING_DECISIONS_TOTAL, "Autoscaling decisions, by pool, policy and direction.",
                         tag_keys=("pool", "policy", "direction")),
-                Gauge("trilemma_target_replicas", "Replicas the autoscaler wants, by pool.", tag_keys=("pool",)),
+                Gauge(wire.TARGET_REPLICAS, "Replicas the autoscaler wants, by pool.", tag_keys=("pool",)),
             )
         decisions, target = self._metrics
         decisions.inc(1, {"pool": self._pool, "policy": decision.policy, "direction": decision.direction})

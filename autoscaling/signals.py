@@ -5,9 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-# The keys a pool replica reports through `record_autoscaling_stats()`.
-STAT_KEYS = ("ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s", "waiting", "running",
-             "kv_cache_usage", "tokens_per_s", "utilization", "batch_occupancy", "requests_per_s", "usd_per_hour", "max_in_engine")
+from core.wire import REPLICA_STAT_KEYS as STAT_KEYS  # what a pool replica reports
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from autoscaling.decision import ScalingDecision
-from autoscaling.policy import Fleet, ScalingPolicy
+from autoscaling.policy import Fleet, ScalingDecision, ScalingPolicy
 from autoscaling.state import AutoscalerState
 
 # Latency this far under the scale-up line is safe to give a replica away.

@@ -1,1 +1,3 @@
-"""Benchmark harness: load generation, metrics and reports for OpenAI-compatible endpoints."""
+"""The benchmark harness, beside the product: load generation, metrics, reports and the A/B
+runs. May import everything; nothing imports it (`trilemma bench` is an entry point of the
+group `trilemma.commands`). Its results are written under bench/results/."""

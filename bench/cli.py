@@ -9,13 +9,7 @@ from pathlib import Path
 from typing import Callable
 
 from bench.arrivals import LoadShape
-from bench.datasets import DATASETS, DatasetError, load_dataset
-from bench.metrics import Slo
-from bench.report import ReportError, write_report, write_sweep
-from bench.results import markdown_table, write_json, write_results
-from bench.runner import EndpointError, Workload, resolve_model, run_point, warm_up
 from bench.autoscale.cli import add_commands as add_autoscale_commands
-from bench.colocate import add_command as add_colocate_command
 from bench.cli_common import (
     RESULTS_DIR,
     add_api_key_arg,
@@ -26,8 +20,14 @@ from bench.cli_common import (
     fail,
     shown_path,
 )
+from bench.colocate import add_command as add_colocate_command
+from bench.datasets import DATASETS, DatasetError, load_dataset
+from bench.metrics import Slo
+from bench.report import ReportError, write_report, write_sweep
+from bench.result_files import markdown_table, write_json, write_results
+from bench.runner import EndpointError, Workload, resolve_model, run_point, warm_up
 from bench.sweep import Knob, SweepError, parse_values, run_sweep
-from serve_app.config import ConfigError, TrilemmaConfig
+from core.config import ConfigError, TrilemmaConfig
 
 
 def _add_workload_args(parser: argparse.ArgumentParser, *, single_load: bool) -> None:

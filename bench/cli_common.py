@@ -12,7 +12,7 @@ from pathlib import Path
 import yaml
 
 from bench.sweep import Knob, SweepError
-from serve_app.config import DEFAULT_CONFIG_PATH, ConfigError, TrilemmaConfig
+from core.config import DEFAULT_CONFIG_PATH, ConfigError, TrilemmaConfig
 
 RESULTS_DIR = Path("bench/results")
 

@@ -25,7 +25,7 @@ from pathlib import Path
 import httpx
 
 from bench.datasets import docs_dataset
-from serve_app.model_store import default_cache_dir, prepare_embedded_model
+from core.model_store import default_cache_dir, prepare_embedded_model
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path("bench/results")  # relative: the commands stored in results name no machine paths

@@ -24,13 +24,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.fake_cluster import CLIENT_ENV, FakeCluster, ReplicaStandIn, fake_worker_types, free_port, wait_until
 from cluster import launcher_config
-from cluster.fake_cluster import CLIENT_ENV, FakeCluster, ReplicaStandIn, fake_worker_types, free_port, wait_until
 from cluster.node_types import gpu_node_types
 from cluster.plan import ClusterPlan, plan_cluster
 from cluster.pool_needs import pool_needs
 from cluster.pricing import load_catalog
-from serve_app.config import PROJECT_ROOT, TrilemmaConfig
+from core.config import PROJECT_ROOT, TrilemmaConfig
+from core.upstream import autoscaler_report
 
 NAME = "cluster-fake-autoscaler"
 SAMPLE_INTERVAL_S = 0.5
@@ -123,13 +124,10 @@ class Recorder:
 
 def _observe(pools: list[str]) -> dict[str, Any]:
     from ray import serve
-    from ray._private import ray_constants
-    from ray.experimental.internal_kv import _internal_kv_get
 
     from deployments.pool import deployment_name
 
-    raw = _internal_kv_get(ray_constants.DEBUG_AUTOSCALING_STATUS)
-    report = (json.loads(raw) if raw else {}).get("autoscaler_report") or {}
+    report = autoscaler_report()
     nodes = {name: count for name, count in (report.get("active_nodes") or {}).items() if not name.startswith("ray.head")}
     pending = dict(report.get("pending_launches") or {})
     for _, node_type, _ in report.get("pending_nodes") or []:
@@ -251,7 +249,7 @@ def changes(result: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def write_outputs(result: dict[str, Any], out_dir: Path) -> list[Path]:
-    from bench.results import write_json
+    from bench.result_files import write_json
 
     result["events"] = events(result)
     json_path = write_json(result, out_dir, NAME)

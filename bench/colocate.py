@@ -24,12 +24,12 @@ from bench.arrivals import LoadShape, poisson_arrival_times
 from bench.datasets import load_dataset
 from bench.load_generator import run_load
 from bench.metrics import RequestRecord, distribution_ms
-from bench.server_latency import scrape, settled_scrape
-from cluster.exposition import samples
+from core import wire
+from core.config import TrilemmaConfig
+from core.prometheus_text import samples, scrape, settled_scrape
 from jobs.summarize.sample_corpus import write_sample
-from serve_app.config import TrilemmaConfig
 
-TOKENS_METRIC = "ray_trilemma_tokens_total"
+TOKENS_METRIC = wire.exported(wire.TOKENS_TOTAL)
 TTFT_TARGET, THROUGHPUT_TARGET = 1.1, 1.5
 
 
@@ -218,8 +218,8 @@ def add_command(sub) -> None:
 
 def bench_colocate(args) -> int:
     from bench.cli_common import app_config, command_line, fail
-    from bench.results import write_json
-    from serve_app.config import ConfigError
+    from bench.result_files import write_json
+    from core.config import ConfigError
     from serve_app.launcher import shutdown_local_ray
 
     try:

@@ -24,8 +24,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.results import write_json
-from deployments.cpu_dtype import NATIVE_BF16_FLAGS, choose_cpu_dtype, read_cpu_flags
+from bench.result_files import write_json
+from serving.cpu_engine import NATIVE_BF16_FLAGS, choose_cpu_dtype, read_cpu_flags
 
 RESULTS_DIR = Path("bench/results")
 VARIANTS: dict[str, dict[str, Any]] = {

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.datasets import random_dataset
-from bench.results import write_json
+from bench.result_files import write_json
 
 RESULTS_DIR = Path("bench/results")
 

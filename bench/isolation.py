@@ -23,10 +23,10 @@ from bench.arrivals import LoadShape, poisson_arrival_times
 from bench.datasets import Prompt, docs_dataset
 from bench.load_generator import run_load
 from bench.metrics import RequestRecord, distribution_ms, summarize
-from bench.server_latency import phase_latency, settled_scrape
-from serve_app.config import TrilemmaConfig
+from core.config import TrilemmaConfig
+from core.model_store import resolve_model_source
+from core.prometheus_text import phase_latency, settled_scrape
 from serve_app.launcher import deployed
-from serve_app.model_store import resolve_model_source
 
 SHARED_POOL = "shared"
 ARMS = ("split", "shared")

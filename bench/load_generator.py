@@ -16,6 +16,7 @@ from tqdm import tqdm
 from bench.arrivals import LoadShape, poisson_arrival_times
 from bench.datasets import Prompt
 from bench.metrics import RequestRecord
+from core import wire
 
 
 async def send_one(
@@ -25,15 +26,15 @@ async def send_one(
         "model": model, "messages": prompt.messages, "max_tokens": prompt.max_tokens,
         "stream": True, "stream_options": {"include_usage": True}, **prompt.extra,
     }
-    headers = {"X-Scenario": prompt.scenario} if prompt.scenario else {}
+    headers = {wire.SCENARIO_HEADER: prompt.scenario} if prompt.scenario else {}
     started = time.perf_counter()
     record = RequestRecord(
         scenario=prompt.scenario or "default", started_s=started - run_started, e2e_s=0.0
     )
     try:
         async with session.post("v1/chat/completions", json=body, headers=headers) as response:
-            record.pool = response.headers.get("x-trilemma-pool")
-            record.scenario = response.headers.get("x-trilemma-scenario", record.scenario)
+            record.pool = response.headers.get(wire.POOL_HEADER)
+            record.scenario = response.headers.get(wire.SCENARIO_ANSWER_HEADER, record.scenario)
             if response.status == 200:
                 await _read_stream(response, record, started)
             else:

@@ -18,8 +18,6 @@ from typing import Any
 from urllib.parse import urljoin
 
 from ray import serve
-from ray.llm._internal.serve.core.configs.openai_api_models import to_model_metadata
-from ray.llm._internal.serve.core.ingress.ingress import OpenAiIngress, make_fastapi_ingress
 from ray.serve.deployment import Application
 from ray.serve.handle import DeploymentHandle
 
@@ -28,10 +26,11 @@ from bench.datasets import Prompt, random_dataset
 from bench.load_generator import run_load
 from bench.metrics import RequestRecord, summarize
 from bench.sweep import Knob
+from core.config import TrilemmaConfig
+from core.model_store import resolve_model_source
+from core.upstream import OpenAiIngress, make_fastapi_ingress, to_model_metadata
 from deployments.pool import deployment_name, llm_config_for_pool
-from serve_app.config import TrilemmaConfig
 from serve_app.launcher import deployed
-from serve_app.model_store import resolve_model_source
 
 DIRECT_APP = "trilemma-direct"
 DIRECT_PREFIX = "/direct"

@@ -12,13 +12,13 @@ from typing import Any
 
 import httpx
 
-ACTIVITY_PATH = "/trilemma/pools"
+from core import wire
 
 
 def read_pool_activity(base_url: str) -> dict[str, Any] | None:
     """One reading, or None when the endpoint has no busy clocks."""
     try:
-        response = httpx.get(f"{base_url}{ACTIVITY_PATH}", timeout=30)
+        response = httpx.get(f"{base_url}{wire.POOLS_PATH}", timeout=30)
     except httpx.HTTPError:
         return None
     if response.status_code != 200:

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bench.results import write_json
+from bench.result_files import write_json
 
 DOCUMENT = (
     "The Apollo 11 mission landed the first humans on the Moon on July 20, 1969. Neil Armstrong "

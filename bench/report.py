@@ -15,7 +15,7 @@ from typing import Any
 
 from bench import plots
 from bench.metrics import Slo
-from bench.results import busy_fractions, fmt, write_json
+from bench.result_files import busy_fractions, fmt, write_json
 from bench.sweep import merge_rounds
 
 

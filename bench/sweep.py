@@ -15,7 +15,7 @@ import yaml
 
 from bench.metrics import RequestRecord, Slo, percentile, summarize
 from bench.pool_activity import capacity_cost
-from serve_app.config import TrilemmaConfig
+from core.config import TrilemmaConfig
 
 
 class SweepError(ValueError):

@@ -7,7 +7,6 @@ the file's comments and everything else in it stay as written.
 
 from __future__ import annotations
 
-import copy
 import difflib
 import re
 from pathlib import Path
@@ -17,8 +16,9 @@ import yaml
 
 from cluster.node_types import NodeType
 from cluster.plan import ClusterPlan, HeadNode
-from cluster.price_catalog import PriceCatalog
-from serve_app.config_base import ConfigError
+from core.config_base import ConfigError
+from core.price_catalog import PriceCatalog
+from core.upstream import validate_launcher_config
 
 DEFAULT_LAUNCHER_PATH = Path(__file__).with_name("aws.yaml")
 BLOCK_START = "  # >>> worker node types: `trilemma cluster plan --write` rewrites this block"
@@ -89,23 +89,11 @@ def parse(text: str, source: str = "launcher config") -> dict[str, Any]:
 def validate(config: dict[str, Any], source: str = "launcher config") -> dict[str, Any]:
     """What `ray up` does before it launches anything: fill in the provider's defaults, then
     check against Ray's cluster-config schema. Returns the filled-in config."""
-    import logging
-
-    from ray.autoscaler._private import util
-
-    # Ray logs each default it fills in; a plan's output is no place for them.
-    ray_logger = logging.getLogger(util.__name__)
-    level = ray_logger.level
-    ray_logger.setLevel(logging.WARNING)
     try:
-        prepared = util.prepare_config(copy.deepcopy(config))
-        util.validate_config(prepared)
+        return validate_launcher_config(config)
     except Exception as error:  # jsonschema's, Ray's ValueError and RuntimeError alike
         message = getattr(error, "message", None) or str(error)
         raise ConfigError(f"{source}: Ray rejects it: {message.splitlines()[0]}") from None
-    finally:
-        ray_logger.setLevel(level)
-    return prepared
 
 
 def worker_types(config: dict[str, Any]) -> dict[str, dict[str, Any]]:

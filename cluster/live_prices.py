@@ -15,7 +15,7 @@ import statistics
 import time
 from typing import Any, Callable, Iterable
 
-from cluster.price_catalog import PriceCatalog
+from core.price_catalog import PriceCatalog
 
 logger = logging.getLogger(__name__)
 

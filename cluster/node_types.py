@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pydantic import Field, PositiveFloat, PositiveInt
 
-from cluster.price_catalog import PriceCatalog, Purchase
-from serve_app.config_base import ConfigError, StrictModel
+from core.config_base import ConfigError, StrictModel
+from core.price_catalog import PriceCatalog, Purchase
 
 PURCHASES: tuple[Purchase, ...] = ("on_demand", "spot")
 # How node type names spell the purchase: `ray.worker.h100.on-demand`, `ray.worker.h100.spot`.

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
 
-from cluster.price_catalog import Purchase
-from serve_app.config import TrilemmaConfig
-from serve_app.config_base import StrictModel
+from core.config import TrilemmaConfig
+from core.config_base import StrictModel
+from core.price_catalog import Purchase
 
 
 class PoolNeed(StrictModel):

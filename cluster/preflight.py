@@ -12,8 +12,8 @@ from typing import Any, Callable, Literal
 from pydantic import Field
 
 from cluster.launcher_config import instance_vcpus, is_spot, worker_types
-from cluster.price_catalog import PriceCatalog
-from serve_app.config_base import StrictModel
+from core.config_base import StrictModel
+from core.price_catalog import PriceCatalog
 
 Clients = Callable[[str], Any]  # service name -> boto3 client of the checked region
 
@@ -197,7 +197,7 @@ def check_spot_prices(ec2: Any, region: str, launched: list[LaunchedType], catal
                 findings.append(Finding(check="spot price", level="warning", message=(
                     f"the catalog's spot price of {name} (${listed:.2f}/h per {row.instance_type}, as of "
                     f"{catalog.as_of}) is {100 * (listed - live) / live:+.0f}% off the live ${live:.4g}/h; "
-                    f"`cluster plan` chose with the catalog's: update cluster/prices.yaml")))
+                    f"`cluster plan` chose with the catalog's: update core/prices.yaml")))
     return findings
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import logging
 
 from cluster.live_prices import LivePrices, aws_credentials_present
-from cluster.price_catalog import DEFAULT_CATALOG_PATH, PriceCatalog, ReplicaRate, replica_rate
-from serve_app.config import CostConfig, TrilemmaConfig
+from core.config import CostConfig, TrilemmaConfig
+from core.price_catalog import DEFAULT_CATALOG_PATH, PriceCatalog, ReplicaRate, replica_rate
 
 logger = logging.getLogger(__name__)
 

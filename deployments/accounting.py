@@ -7,12 +7,11 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
-from ray.llm._internal.serve.observability.logging import get_logger
-
+from core.errors import ApiError
+from core.upstream import get_logger
 from deployments.serving_metrics import RequestMetrics
-from deployments.spend_ledger import ledger_handle, next_reset
-from deployments.tenants import TenantDirectory, TenantEntry
-from serve_app.errors import ApiError
+from serving.spend_ledger import ledger_handle, next_reset
+from serving.tenants import TenantDirectory, TenantEntry
 
 logger = get_logger(__name__)
 

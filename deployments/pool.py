@@ -10,29 +10,24 @@ import time
 from typing import Any, AsyncGenerator, Callable
 
 from ray import serve
-
-from ray.llm._internal.serve.core.configs.openai_api_models import (
-    ChatCompletionRequest,
-    CompletionRequest,
-)
-from ray.llm._internal.serve.observability.logging import get_logger
 from ray.serve.deployment import Application
 from ray.serve.llm import LLMConfig, build_llm_deployment
 from ray.serve.llm.deployment import LLMServer  # Ray 2.58 warns on the `ray.serve.llm` alias
 
 from autoscaling.control_board import RayControlBoard, concurrency_key
-from cluster.price_catalog import ReplicaRate
-from deployments.admission import AdmissionPolicy, request_priority
-from deployments.admission_queue import AdmissionQueue
-from deployments.cpu_dtype import read_cpu_flags, with_cpu_dtype
-from deployments.cpu_niceness import apply_cpu_niceness
-from deployments.engine_activity import EngineActivity
+from core.config import REPLICA_ROUTERS, AdmissionConfig, ModelSpec, PoolConfig
+from core.price_catalog import ReplicaRate
+from core.upstream import ChatCompletionRequest, CompletionRequest, get_logger
+from core.wire import ReplicaStats
 from deployments.kv_cache_probe import KvCacheProbe
-from deployments.latency_window import LatencyWindow
-from deployments.request_metering import metered, prompt_tokens_hint
 from deployments.serving_metrics import PoolMetrics
-from deployments.work_share import WorkShare
-from serve_app.config import REPLICA_ROUTERS, AdmissionConfig, ModelSpec, PoolConfig
+from serving.admission import AdmissionPolicy, request_priority
+from serving.admission_queue import AdmissionQueue
+from serving.cpu_engine import apply_cpu_niceness, read_cpu_flags, with_cpu_dtype
+from serving.engine_activity import EngineActivity
+from serving.latency_window import LatencyWindow
+from serving.request_metering import metered, prompt_tokens_hint
+from serving.work_share import WorkShare
 
 # Ray's LLM logger: its lines reach the replica logs that Serve collects.
 logger = get_logger(__name__)
@@ -143,11 +138,11 @@ class PoolServer(LLMServer):
             generator = pending.wrap(generator)
         return super()._batch_output_stream(generator)
 
-    async def record_autoscaling_stats(self) -> dict[str, float]:
+    async def record_autoscaling_stats(self) -> ReplicaStats:
         """What the autoscaler reads from this replica (Ray Serve calls it periodically):
         recent p50/p99 TTFT and TPOT, requests and tokens per second, the engine's busy
         fraction and batch occupancy since the last call, its queue and KV cache, and its price
-        (autoscaling.signals.STAT_KEYS). The same call picks up the engine concurrency the
+        (core.wire.ReplicaStats). The same call picks up the engine concurrency the
         autoscaler set for the pool."""
         if not hasattr(self, "_activity"):  # still warming up
             return {}
@@ -158,7 +153,7 @@ class PoolServer(LLMServer):
         batch = self._llm_config.engine_kwargs.get("max_num_seqs")
         occupancy = (now.request_s - self._last_reported.request_s) / (batch * wall) if wall > 0 and batch else None
         self._last_reported = now
-        stats = {**self._latency.stats(), "waiting": float(self._admission.waiting),
+        stats: ReplicaStats = {**self._latency.stats(), "waiting": float(self._admission.waiting),
                  "running": float(self._admission.in_engine), "usd_per_hour": self._rate.usd_per_hour,
                  "max_in_engine": float(self._admission.max_in_engine)}
         if utilization is not None:

@@ -10,49 +10,41 @@ from typing import Any, AsyncGenerator, Callable
 
 from fastapi import HTTPException, Request
 from pydantic import ValidationError
-from ray.llm._internal.serve.core.configs.openai_api_models import (
+from ray.serve.handle import DeploymentHandle
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from autoscaling.control_board import cost_profile_key
+from core import wire
+from core.config import ScenarioConfig, TrilemmaConfig
+from core.errors import ApiError, error_body, validation_error
+from core.price_catalog import ReplicaRate
+from core.upstream import (
+    NON_STREAMING_RESPONSE_TYPES,
     ChatCompletionRequest,
     CompletionRequest,
     ErrorResponse,
     ModelCard,
     OpenAIHTTPException,
+    OpenAiIngress,
+    RawRequestInfo,
+    StreamOptions,
+    get_logger,
+    openai_json_lines,
+    peek_at_generator,
+    router_request_timeout,
+    sanitize_chat_completion_request,
 )
-from ray.llm._internal.serve.core.ingress.ingress import OpenAiIngress, router_request_timeout
-from ray.llm._internal.serve.core.ingress.utils import (
-    NON_STREAMING_RESPONSE_TYPES,
-    _openai_json_wrapper,
-    _peek_at_generator,
-    _sanitize_chat_completion_request,
-)
-from ray.llm._internal.serve.core.protocol import RawRequestInfo
-from ray.llm._internal.serve.observability.logging import get_logger
-from ray.serve.handle import DeploymentHandle
-from starlette.responses import JSONResponse, Response, StreamingResponse
-try:  # vLLM >= 0.29
-    from vllm.entrypoints.generate.base.protocol import StreamOptions
-except ImportError:  # vLLM 0.26, the version Ray 2.58's LLM extra pins (GPU hosts)
-    from vllm.entrypoints.openai.engine.protocol import StreamOptions
-
-from autoscaling.control_board import cost_profile_key
-from cluster.price_catalog import ReplicaRate
 from deployments.accounting import Accounting
-from deployments.admission import PRIORITY_HEADER
-from deployments.admission_queue import PoolOverloaded
-from deployments.cost_profile import CostProfileWatch, apply_cost_profile
-from deployments.prompt_hygiene import normalize_request
-from deployments.request_metering import PROMPT_TOKENS_HEADER, final_usage, map_events
-from deployments.routing import RouteDecision, RouteRequest, RoutingPolicy
-from deployments.scenarios import apply_profile
-from deployments.token_counter import PromptTokenCounter
-from serve_app.config import ScenarioConfig, TrilemmaConfig
-from serve_app.errors import ApiError, error_body, validation_error
+from serving.admission_queue import PoolOverloaded
+from serving.cost_profile import CostProfileWatch, apply_cost_profile
+from serving.prompt_hygiene import normalize_request
+from serving.request_metering import final_usage, map_events
+from serving.routing import RouteDecision, RouteRequest, RoutingPolicy
+from serving.scenarios import apply_profile
+from serving.token_counter import PromptTokenCounter
 
 logger = get_logger(__name__)
 
-SCENARIO_HEADER = "x-scenario"
-POOL_HEADER = "x-trilemma-pool"
-COST_HEADER = "x-trilemma-cost-usd"  # non-streamed answers; a stream's cost is in its usage
-TTFT_HEADER = "x-trilemma-ttft-ms"  # streamed answers: headers leave with the first token
 # A replica that cannot report its clock in this long is stuck; say so rather than hang.
 POOL_ACTIVITY_TIMEOUT_S = 10.0
 
@@ -93,7 +85,7 @@ class TrilemmaRouter(OpenAiIngress):
         self._cost_profile = CostProfileWatch(cost_profile_key(config.app_name)) \
             if config.autoscaling.enabled else None
 
-    # HTTP endpoints (paths in serve_app.http_api).
+    # HTTP endpoints (paths in deployments.http_api).
 
     async def chat(self, body: ChatCompletionRequest, request: Request) -> Response:
         return await self._serve(body, "chat", request, scenario_in_path=None)
@@ -158,7 +150,7 @@ class TrilemmaRouter(OpenAiIngress):
         self, body: Any, call_method: str, request: Request, scenario_in_path: str | None
     ) -> Response:
         scenario_name = scenario_in_path or request.headers.get(
-            SCENARIO_HEADER, self._config.routing.default_scenario
+            wire.SCENARIO_HEADER, self._config.routing.default_scenario
         )
         tenant = "unauthenticated"
         headers: dict[str, str] = {}
@@ -166,13 +158,13 @@ class TrilemmaRouter(OpenAiIngress):
             # First: a caller without a key learns no more.
             tenant = self._accounting.authenticate(request.headers.get("authorization"))
             scenario = self._scenario(scenario_name, from_path=scenario_in_path is not None)
-            headers["x-trilemma-scenario"] = scenario_name
+            headers[wire.SCENARIO_ANSWER_HEADER] = scenario_name
             profile = self._cost_profile.current() if self._cost_profile else None
             if profile is not None and profile.in_force:
                 cheaper = apply_cost_profile(scenario, self._config.autoscaling.cost_profile)
                 if cheaper is not scenario:
                     scenario = cheaper
-                    headers["x-trilemma-cost-profile"] = profile.reason
+                    headers[wire.COST_PROFILE_HEADER] = profile.reason
             if body.model not in (None, self._model_name):
                 raise ApiError(
                     404,
@@ -187,15 +179,15 @@ class TrilemmaRouter(OpenAiIngress):
                 original_tokens = prompt_tokens
                 prompt_tokens = await self._count_prompt(body, call_method)
                 self._accounting.metrics.prompt_tokens_saved(scenario_name, original_tokens - prompt_tokens)
-            headers["x-trilemma-prompt-tokens"] = str(prompt_tokens)
+            headers[wire.PROMPT_TOKENS_HEADER] = str(prompt_tokens)
             max_tokens = self._fit_default_budget(body, prompt_tokens, applied)
             decision = self._route(
-                scenario_name, scenario, prompt_tokens, max_tokens, request.headers.get(POOL_HEADER)
+                scenario_name, scenario, prompt_tokens, max_tokens, request.headers.get(wire.POOL_HEADER)
             )
-            headers.update({"x-trilemma-pool": decision.pool, "x-trilemma-route-reason": decision.reason})
+            headers.update({wire.POOL_HEADER: decision.pool, wire.ROUTE_REASON_HEADER: decision.reason})
             if self._config.pools[decision.pool].uses_priority_scheduling:
                 body.priority = scenario.priority
-            headers[PRIORITY_HEADER] = str(scenario.priority)
+            headers[wire.PRIORITY_HEADER] = str(scenario.priority)
             record = functools.partial(
                 self._accounting.record, pool=decision.pool, scenario=scenario_name, tenant=tenant,
                 priority=scenario.priority,
@@ -209,13 +201,13 @@ class TrilemmaRouter(OpenAiIngress):
             # Label values come from the config, never from the request: bounded series.
             known = self._config.scenarios.get(scenario_name)
             self._accounting.record(
-                pool=headers.get("x-trilemma-pool", "none"), scenario=scenario_name if known else "unknown",
+                pool=headers.get(wire.POOL_HEADER, "none"), scenario=scenario_name if known else "unknown",
                 tenant=tenant, priority=known.priority if known else None, status=error.status, usage=None,
             )
             raise
         response.headers.update(headers)
         if applied.adjustments:
-            response.headers["x-trilemma-adjustments"] = "; ".join(applied.adjustments)
+            response.headers[wire.ADJUSTMENTS_HEADER] = "; ".join(applied.adjustments)
         return response
 
     async def _count_prompt(self, body: Any, call_method: str) -> int:
@@ -303,7 +295,7 @@ class TrilemmaRouter(OpenAiIngress):
         priority: int, record: Callable[..., None],
     ) -> Response:
         if isinstance(body, ChatCompletionRequest):
-            body = _sanitize_chat_completion_request(body)
+            body = sanitize_chat_completion_request(body)
         client_wants_usage = bool(body.stream and body.stream_options and body.stream_options.include_usage)
         if body.stream:
             # The engine's last chunk carries usage and cost only when asked; we always ask, and
@@ -313,13 +305,13 @@ class TrilemmaRouter(OpenAiIngress):
             else:
                 body.stream_options.include_usage = True
         raw_request = RawRequestInfo.from_starlette_request(request)
-        raw_request.headers[PROMPT_TOKENS_HEADER] = str(prompt_tokens)
-        raw_request.headers[PRIORITY_HEADER] = str(priority)  # the pool's queue orders by it
+        raw_request.headers[wire.PROMPT_TOKENS_HEADER] = str(prompt_tokens)
+        raw_request.headers[wire.PRIORITY_HEADER] = str(priority)  # the pool's queue orders by it
         handle = getattr(self._pools[pool], call_method)
         started = time.perf_counter()
         async with router_request_timeout(self._config.router.request_timeout_s):
             try:
-                first, stream = await _peek_at_generator(handle.remote(body, raw_request))
+                first, stream = await peek_at_generator(handle.remote(body, raw_request))
             except (ApiError, HTTPException, OpenAIHTTPException):
                 raise
             except StopAsyncIteration:
@@ -345,7 +337,7 @@ class TrilemmaRouter(OpenAiIngress):
             usage = content.get("usage") or {}
             record(status=200, usage=usage)
             cost = usage.get("cost_usd")
-            headers = {COST_HEADER: f"{cost:.6e}"} if cost is not None else {}
+            headers = {wire.COST_HEADER: f"{cost:.6e}"} if cost is not None else {}
             return JSONResponse(content=content, headers=headers)
         first_token_at = time.perf_counter()
 
@@ -355,7 +347,7 @@ class TrilemmaRouter(OpenAiIngress):
         return StreamingResponse(
             _stream_with_errors(stream, pool, keep_usage=client_wants_usage, on_usage=on_usage),
             media_type="text/event-stream",
-            headers={TTFT_HEADER: f"{ttft_ms:.1f}"},
+            headers={wire.TTFT_HEADER: f"{ttft_ms:.1f}"},
         )
 
 
@@ -373,7 +365,7 @@ async def _stream_with_errors(
         return event if keep_usage else None
 
     try:
-        async for packet in _openai_json_wrapper(stream):
+        async for packet in openai_json_lines(stream):
             packet = map_events(packet, take_usage)
             if packet:
                 yield packet

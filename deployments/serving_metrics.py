@@ -15,6 +15,8 @@ from typing import Any
 
 from ray.util.metrics import Counter, Gauge, Histogram
 
+from core import wire
+
 # Spans a one-token reply on a small model to a long document on a large one.
 COST_BOUNDARIES_USD = [1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0]
 TTFT_BOUNDARIES_S = [0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60]
@@ -27,31 +29,31 @@ class RequestMetrics:
     def __init__(self) -> None:
         by_request = ("pool", "scenario", "tenant")
         self.tokens = Counter(
-            "trilemma_tokens_total", "Tokens processed, by direction (prompt or completion).",
+            wire.TOKENS_TOTAL, "Tokens processed, by direction (prompt or completion).",
             tag_keys=("direction", *by_request),
         )
         self.cost = Counter(
-            "trilemma_request_cost_usd_total", "Dollars charged to requests: their share of busy engine time.",
+            wire.REQUEST_COST_USD_TOTAL, "Dollars charged to requests: their share of busy engine time.",
             tag_keys=by_request,
         )
         self.requests = Counter(
-            "trilemma_requests_total", "Requests answered, by HTTP status (429: shed or over budget).",
+            wire.REQUESTS_TOTAL, "Requests answered, by HTTP status (429: shed or over budget).",
             tag_keys=(*by_request, "priority", "status"),
         )
         self.cost_histogram = Histogram(
-            "trilemma_request_cost_usd", "Dollars per request.", boundaries=COST_BOUNDARIES_USD,
+            wire.REQUEST_COST_USD, "Dollars per request.", boundaries=COST_BOUNDARIES_USD,
             tag_keys=("pool", "scenario"),
         )
         self.ttft = Histogram(
-            "trilemma_ttft_seconds", "Time to first token of streamed requests, at the router.",
+            wire.TTFT_SECONDS, "Time to first token of streamed requests, at the router.",
             boundaries=TTFT_BOUNDARIES_S, tag_keys=("pool", "scenario", "priority"),
         )
         self.tokens_saved = Counter(
-            "trilemma_prompt_tokens_saved_total", "Prompt tokens removed by whitespace normalization.",
+            wire.PROMPT_TOKENS_SAVED_TOTAL, "Prompt tokens removed by whitespace normalization.",
             tag_keys=("scenario",),
         )
         self.tpot = Histogram(
-            "trilemma_tpot_seconds", "Time per output token after the first, of streamed requests.",
+            wire.TPOT_SECONDS, "Time per output token after the first, of streamed requests.",
             boundaries=TPOT_BOUNDARIES_S, tag_keys=("pool", "scenario", "priority"),
         )
 
@@ -92,31 +94,31 @@ class PoolMetrics:
     def __init__(self, pool: str) -> None:
         self._tags = {"pool": pool}
         self.busy_seconds = Counter(
-            "trilemma_engine_busy_seconds_total", "Seconds an engine had at least one request.",
+            wire.ENGINE_BUSY_SECONDS_TOTAL, "Seconds an engine had at least one request.",
             tag_keys=("pool",),
         )
         self.replica_seconds = Counter(
-            "trilemma_replica_seconds_total", "Seconds replicas existed and could serve.", tag_keys=("pool",),
+            wire.REPLICA_SECONDS_TOTAL, "Seconds replicas existed and could serve.", tag_keys=("pool",),
         )
         self.busy_usd = Counter(
-            "trilemma_pool_busy_usd_total", "Dollars of replica time with work in the engine.",
+            wire.POOL_BUSY_USD_TOTAL, "Dollars of replica time with work in the engine.",
             tag_keys=("pool",),
         )
         self.idle_usd = Counter(
-            "trilemma_pool_idle_usd_total", "Dollars of replica time with an idle engine.", tag_keys=("pool",),
+            wire.POOL_IDLE_USD_TOTAL, "Dollars of replica time with an idle engine.", tag_keys=("pool",),
         )
 
         self.shed_requests = Counter(
-            "trilemma_requests_shed_total",
+            wire.REQUESTS_SHED_TOTAL,
             "Requests a replica's admission queue refused: `shed` on arrival, `evicted` while "
             "waiting, for a more urgent one.",
             tag_keys=("pool", "priority", "action"),
         )
         self.in_engine = Gauge(
-            "trilemma_requests_in_engine", "Requests a replica's engine holds.", tag_keys=("pool",),
+            wire.REQUESTS_IN_ENGINE, "Requests a replica's engine holds.", tag_keys=("pool",),
         )
         self.waiting = Gauge(
-            "trilemma_requests_waiting", "Requests waiting in a replica's admission queue.", tag_keys=("pool",),
+            wire.REQUESTS_WAITING, "Requests waiting in a replica's admission queue.", tag_keys=("pool",),
         )
 
     def shed(self, priority: int, action: str) -> None:

@@ -1,1 +1,2 @@
-"""Trilemma's online app: config, app builder and HTTP surface."""
+"""Assembly, launch and the `trilemma` command: builds the app from the layers below and starts
+it; the shipped configs live in configs/. Imported only by jobs/, bench/ and tests/."""

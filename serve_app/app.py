@@ -5,17 +5,17 @@ from __future__ import annotations
 from typing import Any
 
 from ray import serve
-from ray.llm._internal.serve.core.configs.openai_api_models import to_model_metadata
 from ray.serve.config import BackpressureConfig
 from ray.serve.deployment import Application
 
-from cluster.pricing import pool_rates, resolve_catalog
 from autoscaling.serve_config import serve_autoscaling_config
+from cluster.pricing import pool_rates, resolve_catalog
+from core.config import DEFAULT_CONFIG_PATH, TrilemmaConfig
+from core.model_store import resolve_model_source
+from core.upstream import to_model_metadata
+from deployments.http_api import router_ingress_class
 from deployments.pool import build_pool_deployment, llm_config_for_pool
-from deployments.tenants import TenantDirectory
-from serve_app.config import DEFAULT_CONFIG_PATH, TrilemmaConfig
-from serve_app.http_api import router_ingress_class
-from serve_app.model_store import resolve_model_source
+from serving.tenants import TenantDirectory
 
 
 def build_app(

@@ -6,7 +6,7 @@ import argparse
 import time
 from pathlib import Path
 
-from serve_app.config import DEFAULT_CONFIG_PATH, ConfigError, TrilemmaConfig
+from core.config import DEFAULT_CONFIG_PATH, ConfigError, TrilemmaConfig
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:

@@ -7,13 +7,18 @@ import logging
 import sys
 import threading
 import time
+from importlib.metadata import entry_points
+from pathlib import Path
 
-from bench.cli import add_commands as add_bench_commands
-from serve_app.config import DEFAULT_CONFIG_PATH, ConfigError, TrilemmaConfig
+from core.config import DEFAULT_CONFIG_PATH, ConfigError, TrilemmaConfig
+from core.model_store import resolve_model_source
 from serve_app.autoscale_cli import add_commands as add_autoscale_commands
 from serve_app.cluster_cli import add_commands as add_cluster_commands
 from serve_app.cost_cli import add_commands as add_cost_commands
-from serve_app.model_store import resolve_model_source
+
+# Commands other parts of the project add without this module importing them (`trilemma
+# bench` is the benchmark's): each entry point is an `add_commands(subparsers)`.
+COMMAND_GROUP = "trilemma.commands"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,6 +34,9 @@ def main(argv: list[str] | None = None) -> int:
     check = commands.add_parser("check-config", help="validate a config and print it")
     check.add_argument("config", help="YAML config")
     check.set_defaults(func=_check_config)
+    reference = commands.add_parser("config-reference", help="write the configuration reference (markdown)")
+    reference.add_argument("--out", help="file to write (docs/configuration.md); default: print it")
+    reference.set_defaults(func=_config_reference)
     tenants = commands.add_parser("tenants", help="API keys and daily budgets")
     tenant_commands = tenants.add_subparsers(dest="tenants_command", required=True)
     add = tenant_commands.add_parser("add", help="add a tenant (or give it a new key); prints the key once")
@@ -36,7 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     add.add_argument("--file", required=True, help="the tenants YAML (the config's tenants.keys_file)")
     add.add_argument("--daily-budget-usd", type=float, help="most the tenant may spend per UTC day")
     add.set_defaults(func=_add_tenant)
-    add_bench_commands(commands)
+    for plugin in entry_points(group=COMMAND_GROUP):
+        plugin.load()(commands)
     add_cost_commands(commands)
     add_autoscale_commands(commands)
     add_cluster_commands(commands)
@@ -53,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _add_tenant(args: argparse.Namespace) -> int:
-    from deployments.tenants import add_tenant
+    from serving.tenants import add_tenant
 
     key = add_tenant(args.file, args.name, args.daily_budget_usd)
     print(f"tenant {args.name!r} added to {args.file}; its API key (stored only as a hash):\n{key}")
@@ -62,6 +71,17 @@ def _add_tenant(args: argparse.Namespace) -> int:
 
 def _check_config(args: argparse.Namespace) -> int:
     print(TrilemmaConfig.from_yaml(args.config).model_dump_json(indent=2))
+    return 0
+
+
+def _config_reference(args: argparse.Namespace) -> int:
+    from core.config_reference import config_reference
+
+    text = config_reference()
+    if args.out:
+        Path(args.out).write_text(text)
+    else:
+        print(text, end="")
     return 0
 
 

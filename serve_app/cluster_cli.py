@@ -13,9 +13,9 @@ from cluster.launcher_config import DEFAULT_LAUNCHER_PATH
 from cluster.node_types import gpu_node_types
 from cluster.plan import PlanError, plan_cluster
 from cluster.pool_needs import cpu_pools, pool_needs
-from cluster.price_catalog import DEFAULT_CATALOG_PATH, PriceCatalog
 from cluster.pricing import load_catalog
-from serve_app.config import CONFIG_DIR, TrilemmaConfig
+from core.config import CONFIG_DIR, TrilemmaConfig
+from core.price_catalog import DEFAULT_CATALOG_PATH, PriceCatalog
 
 DEFAULT_CLUSTER_CONFIG = CONFIG_DIR / "gpu-cluster.yaml"
 

@@ -7,9 +7,10 @@ import sys
 
 import httpx
 
-from cluster.exposition import samples, total_by
-from cluster.price_catalog import DEFAULT_CATALOG_PATH, PriceCatalog, replica_rate
-from serve_app.config import ConfigError
+from core import wire
+from core.config import ConfigError
+from core.price_catalog import DEFAULT_CATALOG_PATH, PriceCatalog, replica_rate
+from core.prometheus_text import samples, total_by
 
 DEFAULT_METRICS_URL = "http://127.0.0.1:8080/metrics"
 
@@ -42,9 +43,9 @@ def _metric(text: str, name: str):
 
 def report_rows(text: str) -> list[tuple[str, str, float, float, float]]:
     """(dimension, value, requests, tokens, dollars) for every pool, scenario and tenant."""
-    tokens = _metric(text, "trilemma_tokens_total")
-    dollars = _metric(text, "trilemma_request_cost_usd_total")
-    requests = _metric(text, "trilemma_requests_total")
+    tokens = _metric(text, wire.TOKENS_TOTAL)
+    dollars = _metric(text, wire.REQUEST_COST_USD_TOTAL)
+    requests = _metric(text, wire.REQUESTS_TOTAL)
     rows = []
     for dimension in ("pool", "scenario", "tenant"):
         by_tokens = total_by(tokens, dimension)
@@ -72,8 +73,8 @@ def cost_report(args: argparse.Namespace) -> int:
         per_request = usd / count if count else float("nan")
         print(f"{dimension:<9}{value:<16}{count:>10.0f}{token_count:>12.0f}{usd:>14.8f}"
               f"{per_million:>14.6f}{per_request:>14.10f}")
-    busy = total_by(_metric(text, "trilemma_pool_busy_usd_total"), "pool")
-    idle = total_by(_metric(text, "trilemma_pool_idle_usd_total"), "pool")
+    busy = total_by(_metric(text, wire.POOL_BUSY_USD_TOTAL), "pool")
+    idle = total_by(_metric(text, wire.POOL_IDLE_USD_TOTAL), "pool")
     for (pool,) in sorted(set(busy) | set(idle)):
         b, i = busy.get((pool,), 0.0), idle.get((pool,), 0.0)
         share = b / (b + i) if b + i else 0.0

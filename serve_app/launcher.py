@@ -11,8 +11,8 @@ import psutil
 import ray
 from ray import serve
 
+from core.config import TrilemmaConfig
 from serve_app.app import build_app
-from serve_app.config import TrilemmaConfig
 
 logger = logging.getLogger(__name__)
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from core.model_store import default_cache_dir, prepare_embedded_model
 from serve_app.launcher import reap_orphaned_engines
-from serve_app.model_store import default_cache_dir, prepare_embedded_model
 from tests.support import METRICS_TEST_PORT
 
 

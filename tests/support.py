@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from serve_app.config import DEFAULT_CONFIG_PATH, TrilemmaConfig
+from core.config import DEFAULT_CONFIG_PATH, TrilemmaConfig
 
 TEST_PORT = 8011
 # Where the test cluster's Ray serves the app's metrics (Prometheus text format).

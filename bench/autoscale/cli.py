@@ -12,9 +12,9 @@ from bench.autoscale.replica_model import CalibrationError, ReplicaModel
 from bench.autoscale.report import simulation_markdown, timeline_png
 from bench.autoscale.simulate import DayShape, compare
 from bench.cli_common import add_app_args, add_output_args, app_config, command_line, fail, shown_path
-from bench.results import write_json
+from bench.result_files import write_json
 from cluster.pricing import pool_rates, resolve_catalog
-from serve_app.config import ConfigError, TrilemmaConfig
+from core.config import ConfigError, TrilemmaConfig
 
 DEFAULT_CONFIG = Path("serve_app/configs/autoscale-cpu.yaml")
 
@@ -102,9 +102,9 @@ def _offered(day: DayShape, bin_s: float = 60.0) -> list[tuple[float, float]]:
 
 
 def bench_live(args: argparse.Namespace) -> int:
+    from autoscaling.bounds import pool_bounds
     from bench.autoscale.live import burst_phases, live_verdicts, run_live
     from bench.autoscale.report import live_markdown
-    from autoscaling.bounds import pool_bounds
     from bench.runner import resolve_model
     from serve_app.launcher import deployed
 

@@ -15,8 +15,8 @@ from bench.autoscale.bursty_trace import Phase, arrivals
 from bench.datasets import load_dataset
 from bench.load_generator import send_one
 from bench.metrics import RequestRecord, percentile
+from core.config import TrilemmaConfig
 from serve_app.autoscale_cli import read_decisions
-from serve_app.config import TrilemmaConfig
 
 ROLLING_S = 30.0  # the client's p99 covers the first tokens of this many seconds, as a replica's does
 

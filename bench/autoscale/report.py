@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from bench.results import fmt
+from bench.result_files import fmt
 
 
 def _row(arm: dict[str, Any], peak: dict[str, Any]) -> str:

@@ -12,7 +12,7 @@ from autoscaling.bounds import pool_bounds
 from bench.autoscale.bursty_trace import Phase, TraceRequest, arrivals, bursty_day
 from bench.autoscale.replica_model import ReplicaModel
 from bench.autoscale.simulator import PoolSimulation, SimResult, percentile, simulated_policy
-from serve_app.config import ConfigError, TrilemmaConfig
+from core.config import ConfigError, TrilemmaConfig
 
 SLO_TARGET = 0.99  # the share of requests that must meet every SLO of the pool
 SAVINGS_TARGET = 0.30

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from serve_app.config_base import ConfigError
+from core.config_base import ConfigError
 
 # Room left in each request beyond the counted template: the router's own count can differ by
 # a few tokens (whitespace normalization, the generation prompt), and a request that misses

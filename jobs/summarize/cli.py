@@ -14,12 +14,12 @@ from typing import Any
 
 import yaml
 
+from core.config_base import ConfigError
 from jobs.summarize.config import SummarizeConfig
 from jobs.summarize.inputs import InputError
 from jobs.summarize.outputs import OutputFormatError
 from jobs.summarize.serve_client import AppUnavailable
 from jobs.summarize.storage import StorageError
-from serve_app.config_base import ConfigError
 
 # Flag -> dotted config key; a flag given on the command line wins over the file.
 FLAG_KEYS = {

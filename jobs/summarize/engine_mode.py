@@ -18,13 +18,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
-from deployments.cpu_dtype import read_cpu_flags, with_cpu_dtype
 from jobs.summarize.chunking import ChunkPlan, combine_groups
 from jobs.summarize.config import SummarizeConfig
 from jobs.summarize.inputs import Document
 from jobs.summarize.mapreduce import Completion, Outcome, Partial
 from jobs.summarize.prompts import Prompts
 from jobs.summarize.stages import RESULT_COLUMNS, ChunkStage
+from serving.cpu_engine import read_cpu_flags, with_cpu_dtype
 
 logger = logging.getLogger(__name__)
 ERROR_COLUMN = "__inference_error__"  # set by ray.data.llm on a row the engine failed
@@ -66,9 +66,9 @@ def processor_config(config: SummarizeConfig, model_source: str):
 
 
 def engine_usd_per_s(config: SummarizeConfig) -> float:
-    from cluster.price_catalog import replica_rate
     from cluster.pricing import load_catalog
-    from serve_app.config import CostConfig
+    from core.config import CostConfig
+    from core.price_catalog import replica_rate
 
     engine = config.engine
     units = engine.resources.get("CPU", 1) if engine.accelerator == "cpu" else 1

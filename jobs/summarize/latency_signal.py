@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bench.server_latency import phase_latency
+from core.prometheus_text import phase_latency
 from jobs.summarize.concurrency import Load
 
 

@@ -3,12 +3,12 @@ the app -> rows the driver records as they arrive."""
 
 from __future__ import annotations
 
-import inspect
 import math
 from typing import Any, Iterator
 
 import ray
 
+from core.upstream import one_actor_running_batches_at_once
 from jobs.summarize.chunking import ChunkPlan
 from jobs.summarize.concurrency import AimdSettings
 from jobs.summarize.config import SummarizeConfig
@@ -40,16 +40,6 @@ def summarize_settings(config: SummarizeConfig, plan: ChunkPlan, api_key: str | 
     )
 
 
-def _one_actor_running_batches_at_once(batches: int) -> dict[str, Any]:
-    """Ray 2.60 names the calls an actor runs at once in its ActorPoolStrategy; Ray 2.58 (the
-    GPU wheelhouse) only through the actor's own `max_concurrency`."""
-    if "max_concurrent_calls_per_actor" in inspect.signature(ray.data.ActorPoolStrategy).parameters:
-        return {"compute": ray.data.ActorPoolStrategy(
-            size=1, max_tasks_in_flight_per_actor=batches, max_concurrent_calls_per_actor=batches)}
-    return {"compute": ray.data.ActorPoolStrategy(size=1, max_tasks_in_flight_per_actor=batches),
-            "max_concurrency": batches}
-
-
 def serve_results(
     config: SummarizeConfig, documents: list[Document], plan: ChunkPlan, tokenizer_source: str,
     api_key: str | None,
@@ -69,6 +59,6 @@ def serve_results(
         fn_constructor_kwargs={"settings": summarize_settings(config, plan, api_key)},
         batch_size=per_batch, batch_format="pyarrow", num_cpus=0,
         # One actor: one controller sees every request. Its batches run at once on its loop.
-        **_one_actor_running_batches_at_once(batches_at_once),
+        **one_actor_running_batches_at_once(batches_at_once),
     )
     yield from dataset.iter_rows()

@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+from core import wire
 from jobs.summarize.concurrency import Load
 
-POOLS_PATH = "/trilemma/pools"
 SEVERITY = {"clear": 0, "busy": 1, "congested": 2}
 
 

@@ -11,7 +11,7 @@ import threading
 import ray
 
 # A job that starts its own Ray on a small machine advertises at least this many CPUs, as the
-# app does (serve_app.config.LocalRayConfig): stages reserve fractions, engines whole CPUs.
+# app does (core.config.LocalRayConfig): stages reserve fractions, engines whole CPUs.
 LOCAL_RAY_MIN_CPUS = 4
 
 

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import httpx
 
+from core.config import DEFAULT_CONFIG_PATH, TrilemmaConfig
 from jobs.summarize.cli import main as summarize
 from jobs.summarize.sample_corpus import write_sample
-from serve_app.config import DEFAULT_CONFIG_PATH, TrilemmaConfig
 
 
 def app_answers(url: str) -> bool:
@@ -46,8 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     if app_answers(url):
         print(f"using the app at {url}", flush=True)
         return summarize([*job, "--url", url])
+    from core.model_store import resolve_model_source
     from serve_app.launcher import deploy, shutdown_local_ray
-    from serve_app.model_store import resolve_model_source
 
     print(f"no app at {url}: starting one with {args.config} (minutes on a CPU: the engines compile)", flush=True)
     started = time.monotonic()

@@ -16,18 +16,16 @@ from urllib.parse import quote
 
 import httpx
 
+from core import wire
 from jobs.summarize.concurrency import Load
 from jobs.summarize.latency_signal import LatencyWatch
 from jobs.summarize.mapreduce import Completion
-from jobs.summarize.pool_load import POOLS_PATH, SEVERITY, job_load, parse_pools
+from jobs.summarize.pool_load import SEVERITY, job_load, parse_pools
 from jobs.summarize.prompts import Messages
 from jobs.summarize.request_gate import RequestGate
 
 logger = logging.getLogger(__name__)
 
-POOL_HEADER = "x-trilemma-pool"
-# Names the document a request serves, for the app's logs and for tracing a job's traffic.
-DOCUMENT_HEADER = "x-trilemma-batch-document"
 RETRY_BACKOFF_S = 1.0
 DEFAULT_RETRY_AFTER_S = 1.0
 
@@ -76,7 +74,7 @@ class ServeClient:
         self.gate = gate
         headers = {"Authorization": f"Bearer {settings.api_key}"} if settings.api_key else {}
         if settings.pool:
-            headers[POOL_HEADER] = settings.pool
+            headers[wire.POOL_HEADER] = settings.pool
         self._http = http or httpx.AsyncClient(
             base_url=settings.url.rstrip("/"), headers=headers, timeout=settings.timeout_s,
             # The gate decides how many requests are in flight; the pool must never be the limit.
@@ -93,7 +91,7 @@ class ServeClient:
             "max_tokens": self.settings.max_tokens, "temperature": self.settings.temperature,
         }
         path = f"/api/{self.settings.scenario}/chat/completions"
-        headers = {DOCUMENT_HEADER: quote(document_id, safe="")}
+        headers = {wire.BATCH_DOCUMENT_HEADER: quote(document_id, safe="")}
         failures = 0
         while True:
             async with self.gate.slot() as ticket:
@@ -120,7 +118,7 @@ class ServeClient:
     def _completion(self, response: httpx.Response) -> Completion:
         content = response.json()
         usage = content.get("usage") or {}
-        pool = response.headers.get(POOL_HEADER)
+        pool = response.headers.get(wire.POOL_HEADER)
         if pool:
             self.pools_used.add(pool)
         choice = (content.get("choices") or [{}])[0]
@@ -140,7 +138,7 @@ class ServeClient:
         while pools_readable or latency is not None:
             readings: list[tuple[Load, str]] = []
             if pools_readable:
-                pools = await self._get_json(POOLS_PATH)
+                pools = await self._get_json(wire.POOLS_PATH)
                 parsed = parse_pools(pools) if pools is not None else None
                 if pools is not None and parsed is None:
                     logger.info("the app reports no pool queues; pacing by 429s%s", " and latency" if latency else "")

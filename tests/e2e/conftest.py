@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from ray import serve
 
-from deployments.tenants import add_tenant
-from serve_app.config import TrilemmaConfig
+from core.config import TrilemmaConfig
 from serve_app.launcher import deploy
+from serving.tenants import add_tenant
 from tests.support import config_for_tests
 
 

@@ -12,8 +12,8 @@ import openai
 import pytest
 
 from cluster.pricing import load_catalog, pool_rates
+from core.config import CostConfig
 from serve_app.cli import main
-from serve_app.config import CostConfig
 from tests.support import METRICS_TEST_PORT, config_for_tests
 
 pytestmark = pytest.mark.e2e

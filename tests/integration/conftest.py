@@ -7,8 +7,8 @@ import httpx
 import pytest
 from ray import serve
 
-from deployments.fake_engine import FakeEngine
 from serve_app.launcher import deploy
+from tests.fake_engine import FakeEngine
 from tests.support import config_for_tests
 
 MOTO_PORT = 5055

@@ -12,8 +12,8 @@ from collections import Counter
 import httpx
 import pytest
 
-from deployments.fake_engine import FakeEngine
 from serve_app.launcher import deployed
+from tests.fake_engine import FakeEngine
 from tests.support import config_for_tests
 
 pytestmark = pytest.mark.integration

@@ -12,12 +12,12 @@ import httpx
 import pytest
 import ray
 from ray import serve
-from ray.serve._private.constants import SERVE_CONTROLLER_NAME, SERVE_NAMESPACE
 
 from autoscaling.control_board import RayControlBoard, concurrency_key, cost_profile_key
-from deployments.fake_engine import FakeEngine
+from core.upstream import serve_controller
 from serve_app.autoscale_cli import format_decisions, read_decisions
 from serve_app.launcher import deployed
+from tests.fake_engine import FakeEngine
 from tests.support import config_for_tests
 
 pytestmark = pytest.mark.integration
@@ -92,12 +92,12 @@ def _engine_limits(url: str) -> list[int]:
 
 
 def _restart_controller() -> None:
-    controller = ray.get_actor(SERVE_CONTROLLER_NAME, namespace=SERVE_NAMESPACE)
+    controller = serve_controller()
     ray.kill(controller, no_restart=False)
     deadline = time.monotonic() + 60
     while True:
         try:
-            ray.get(ray.get_actor(SERVE_CONTROLLER_NAME, namespace=SERVE_NAMESPACE).check_alive.remote(), timeout=5)
+            ray.get(serve_controller().check_alive.remote(), timeout=5)
             return
         except Exception:
             assert time.monotonic() < deadline, "the Serve controller did not come back"

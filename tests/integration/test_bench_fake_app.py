@@ -55,7 +55,7 @@ def test_pool_activity_reports_every_replica_clock(fake_app_url):
     import httpx
 
     from cluster.pricing import load_catalog, pool_rates
-    from serve_app.config import CostConfig
+    from core.config import CostConfig
     from tests.support import config_for_tests
 
     rates = pool_rates(config_for_tests(), load_catalog(CostConfig()))

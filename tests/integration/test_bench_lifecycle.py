@@ -16,8 +16,8 @@ from bench.metrics import Slo
 from bench.overhead import measure_overhead
 from bench.runner import Workload, run_point, warm_up
 from bench.sweep import Knob, run_sweep
-from deployments.fake_engine import FakeEngine
 from serve_app.launcher import deployed
+from tests.fake_engine import FakeEngine
 from tests.support import METRICS_TEST_PORT, config_for_tests
 
 pytestmark = pytest.mark.integration

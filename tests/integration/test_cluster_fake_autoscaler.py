@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from bench.cluster_timeline import make_plan, peak_config, planned_worker_types
-from serve_app.config import CONFIG_DIR, TrilemmaConfig
+from core.config import CONFIG_DIR, TrilemmaConfig
 
 pytestmark = pytest.mark.integration
 

@@ -14,7 +14,7 @@ from botocore.stub import Stubber
 from cluster import launcher_config
 from cluster.launcher_config import DEFAULT_LAUNCHER_PATH
 from cluster.preflight import QUOTAS, launched_types, quota_family, run_checks
-from cluster.price_catalog import PriceCatalog
+from core.price_catalog import PriceCatalog
 from serve_app.cli import main
 from tests.support import aws_client as client
 

@@ -8,9 +8,9 @@ import time
 import httpx
 import pytest
 
-from cluster.exposition import samples as metric_samples
 from cluster.pricing import load_catalog, pool_rates
-from serve_app.config import CostConfig
+from core.config import CostConfig
+from core.prometheus_text import samples as metric_samples
 from tests.support import METRICS_TEST_PORT, config_for_tests
 
 pytestmark = pytest.mark.integration

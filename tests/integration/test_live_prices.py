@@ -10,7 +10,7 @@ import pytest
 from botocore.stub import Stubber
 
 from cluster.live_prices import LivePrices, on_demand_usd_per_hour, spot_usd_per_hour
-from cluster.price_catalog import PriceCatalog
+from core.price_catalog import PriceCatalog
 from tests.support import aws_client as client
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("fake_aws_credentials")]

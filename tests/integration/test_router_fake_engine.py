@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from deployments.fake_engine import FAIL_MARKER, FAIL_MIDSTREAM_MARKER
+from tests.fake_engine import FAIL_MARKER, FAIL_MIDSTREAM_MARKER
 
 pytestmark = pytest.mark.integration
 

@@ -3,10 +3,10 @@ kept across a restart of the actor itself when it has a file."""
 
 from __future__ import annotations
 
-import ray
 import pytest
+import ray
 
-from deployments.spend_ledger import SpendLedger, ledger_handle
+from serving.spend_ledger import SpendLedger, ledger_handle
 
 pytestmark = pytest.mark.integration
 

@@ -18,8 +18,8 @@ from urllib.parse import unquote
 import httpx
 import pytest
 
+from core.wire import BATCH_DOCUMENT_HEADER as DOCUMENT_HEADER
 from jobs.summarize.cli import main
-from jobs.summarize.serve_client import DOCUMENT_HEADER
 
 pytestmark = pytest.mark.integration
 

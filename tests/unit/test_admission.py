@@ -6,14 +6,14 @@ import asyncio
 
 import pytest
 
-from deployments.admission import (
-    PRIORITY_HEADER,
+from core.config import AdmissionConfig
+from core.wire import PRIORITY_HEADER
+from serving.admission import (
     AdmissionPolicy,
     QueueState,
     request_priority,
 )
-from deployments.admission_queue import AdmissionQueue, PoolOverloaded
-from serve_app.config import AdmissionConfig
+from serving.admission_queue import AdmissionQueue, PoolOverloaded
 from tests.support import ManualClock
 
 # max_queued 8 with the default shares: priority 0 may fill 8, 1: 6, 2: 4, 3: 2.

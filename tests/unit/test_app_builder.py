@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from core.config import CONFIG_DIR, TrilemmaConfig
 from deployments.pool import deployment_name, llm_config_for_pool
 from serve_app.app import app_builder, build_app
-from serve_app.config import CONFIG_DIR, TrilemmaConfig
 
 
 def test_cpu_pool_is_one_cpu_bundle_with_its_own_core():

@@ -7,14 +7,13 @@ import json
 
 import pytest
 
-from bench.autoscale.bursty_trace import arrivals, bursty_day, phase_at
+from bench.autoscale.bursty_trace import TraceRequest, arrivals, bursty_day, phase_at
 from bench.autoscale.live import burst_phases, live_verdicts
 from bench.autoscale.replica_model import CalibrationError, ReplicaModel
 from bench.autoscale.simulate import DayShape, compare
 from bench.autoscale.simulator import PoolSimulation
-from bench.autoscale.bursty_trace import TraceRequest
 from bench.metrics import RequestRecord
-from serve_app.config import ConfigError, TrilemmaConfig
+from core.config import ConfigError, TrilemmaConfig
 
 ENGINE_RUN = {
     # One prompt of 100 tokens: TTFT 100 ms (1 ms a token), then 50 ms a token alone.

@@ -8,7 +8,7 @@ from autoscaling.autoscaler import Autoscaler
 from autoscaling.bounds import PoolBounds, pool_bounds, shrink_order
 from autoscaling.signals import PoolSignals
 from autoscaling.state import AutoscalerState
-from serve_app.config import DEFAULT_CONFIG_PATH, AutoscalingConfig, TrilemmaConfig
+from core.config import DEFAULT_CONFIG_PATH, AutoscalingConfig, TrilemmaConfig
 
 SHORT = PoolBounds(min_replicas=1, max_replicas=4, slo_ttft_s=0.5, slo_tpot_s=0.1)
 LONG = PoolBounds(min_replicas=0, max_replicas=2, slo_ttft_s=5.0, idle_to_zero_after_s=300)

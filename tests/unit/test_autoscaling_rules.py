@@ -20,9 +20,9 @@ from autoscaling.control_board import (
 from autoscaling.serve_policy import PoolScalingPolicy
 from autoscaling.signals import PoolSignals
 from autoscaling.state import AutoscalerState
-from deployments.cost_profile import CostProfileWatch, apply_cost_profile
-from serve_app.autoscaling_config import ConcurrencyRule, CostProfileConfig
-from serve_app.config import DEFAULT_CONFIG_PATH, AutoscalingConfig, ConfigError, TrilemmaConfig
+from core.autoscaling_config import ConcurrencyRule, CostProfileConfig
+from core.config import DEFAULT_CONFIG_PATH, AutoscalingConfig, ConfigError, TrilemmaConfig
+from serving.cost_profile import CostProfileWatch, apply_cost_profile
 from tests.support import ManualClock
 
 EAGER = AutoscalingConfig(up_after_periods=1, down_after_periods=2, up_cooldown_s=0, down_cooldown_s=0)

@@ -9,8 +9,8 @@ import pytest
 from bench.cli import parse_slo
 from bench.datasets import jsonl_dataset
 from bench.metrics import Slo
+from core.config import DEFAULT_CONFIG_PATH
 from serve_app.cli import main
-from serve_app.config import DEFAULT_CONFIG_PATH
 
 
 def test_parse_slo():
@@ -52,7 +52,7 @@ def test_the_stored_command_masks_the_api_key():
 
 def test_set_overrides_a_config_key_and_names_a_bad_one(tmp_path):
     from bench.cli_common import app_config as _app_config
-    from serve_app.config import ConfigError
+    from core.config import ConfigError
 
     def args(*overrides):
         return argparse.Namespace(config=DEFAULT_CONFIG_PATH, set=list(overrides))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from bench.isolation import compare, markdown, mixed_load, overload, shared_pool_config
-from serve_app.config import DEFAULT_CONFIG_PATH, TrilemmaConfig
+from core.config import DEFAULT_CONFIG_PATH, TrilemmaConfig
 
 
 def test_the_shared_baseline_holds_all_the_pools_hardware_first_come_first_served():

@@ -6,7 +6,7 @@ import pytest
 
 from bench.metrics import RequestRecord, Slo
 from bench.sweep import Knob, SweepError, find_knee, merge_rounds, parse_values, run_sweep, slo_check
-from serve_app.config import DEFAULT_CONFIG_PATH, ConfigError, TrilemmaConfig
+from core.config import DEFAULT_CONFIG_PATH, ConfigError, TrilemmaConfig
 
 
 @pytest.fixture(scope="module")

@@ -17,9 +17,9 @@ from cluster.launcher_config import DEFAULT_LAUNCHER_PATH
 from cluster.node_types import gpu_node_types
 from cluster.plan import HeadNode, plan_cluster
 from cluster.pool_needs import PoolNeed
-from cluster.price_catalog import PriceCatalog
+from core.config import ConfigError, TrilemmaConfig
+from core.price_catalog import PriceCatalog
 from serve_app.cli import main
-from serve_app.config import ConfigError, TrilemmaConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 KUBERAY = ROOT / "cluster" / "kuberay"

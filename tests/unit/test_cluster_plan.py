@@ -6,11 +6,10 @@ from __future__ import annotations
 import pytest
 
 from cluster.node_types import gpu_node_types
-from cluster.packing import nodes_needed
-from cluster.plan import HeadNode, PlanError, choose_node_type, plan_cluster
+from cluster.plan import HeadNode, PlanError, choose_node_type, nodes_needed, plan_cluster
 from cluster.pool_needs import PoolNeed, pool_needs
-from cluster.price_catalog import PriceCatalog
-from serve_app.config import CONFIG_DIR, TrilemmaConfig
+from core.config import CONFIG_DIR, TrilemmaConfig
+from core.price_catalog import PriceCatalog
 
 HEAD = HeadNode(instance_type="c7i.4xlarge", vcpus=16, usd_per_hour=0.5)
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from core.config import CONFIG_DIR, ConfigError, TrilemmaConfig
 from serve_app.cli import main
-from serve_app.config import CONFIG_DIR, ConfigError, TrilemmaConfig
 
 
 def _raw() -> dict:
@@ -107,7 +107,7 @@ def test_cli_names_a_bad_config_and_exits_2(tmp_path, capsys):
 
 
 def test_a_relative_model_folder_becomes_absolute_and_an_id_passes_through(tmp_path, monkeypatch):
-    from serve_app.model_store import resolve_model_source
+    from core.model_store import resolve_model_source
 
     (tmp_path / "models" / "smol").mkdir(parents=True)
     monkeypatch.chdir(tmp_path)

@@ -6,12 +6,12 @@ import json
 
 import pytest
 
-from cluster.price_catalog import PriceCatalog, replica_rate
 from cluster.pricing import load_catalog, pool_rates
-from deployments.engine_activity import EngineActivity
-from deployments.request_metering import final_usage, map_events, metered, prompt_tokens_hint
-from deployments.work_share import WorkShare
-from serve_app.config import DEFAULT_CONFIG_PATH, ConfigError, CostConfig, TrilemmaConfig
+from core.config import DEFAULT_CONFIG_PATH, ConfigError, CostConfig, TrilemmaConfig
+from core.price_catalog import PriceCatalog, replica_rate
+from serving.engine_activity import EngineActivity
+from serving.request_metering import final_usage, map_events, metered, prompt_tokens_hint
+from serving.work_share import WorkShare
 from tests.support import ManualClock
 
 CATALOG = PriceCatalog.model_validate({

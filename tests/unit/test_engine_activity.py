@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from deployments.engine_activity import EngineActivity
+from serving.engine_activity import EngineActivity
 from tests.support import ManualClock
 
 

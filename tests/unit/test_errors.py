@@ -7,9 +7,9 @@ import json
 import pytest
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
-from ray.llm._internal.serve.core.configs.openai_api_models import ChatCompletionRequest
 
-from serve_app.errors import ApiError, error_body, validation_error
+from core.errors import ApiError, error_body, validation_error
+from core.upstream import ChatCompletionRequest
 
 
 def test_error_body_shape():

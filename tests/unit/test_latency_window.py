@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from deployments.latency_window import LatencyWindow
+from serving.latency_window import LatencyWindow
 from tests.support import ManualClock
 
 

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from deployments.prompt_hygiene import normalize_request, normalize_text
+from serving.prompt_hygiene import normalize_request, normalize_text
 
 
 @pytest.mark.parametrize("text, expected", [

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from deployments.routing import ContextLengthPolicy, RouteRequest, RoutingPolicy
-from serve_app.config import PoolConfig, RoutingConfig
+from core.config import PoolConfig, RoutingConfig
+from serving.routing import ContextLengthPolicy, RouteRequest, RoutingPolicy
 
 
 def pool(role, max_model_len):

@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from ray.llm._internal.serve.core.configs.openai_api_models import (
-    ChatCompletionRequest,
-    CompletionRequest,
-)
 
-from deployments.scenarios import apply_profile
-from serve_app.config import ScenarioConfig
+from core.config import ScenarioConfig
+from core.upstream import ChatCompletionRequest, CompletionRequest
+from serving.scenarios import apply_profile
 
 CHAT = ScenarioConfig(priority=0, max_tokens_cap=128)
 QUALITY = ScenarioConfig(priority=1, max_temperature=0.1)

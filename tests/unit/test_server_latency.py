@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from bench.server_latency import phase_latency, quantile
+from core.prometheus_text import phase_latency, quantile
 
 
 def _exposition(counts: dict[str, list[int]]) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from core.config_base import ConfigError
 from jobs.summarize.chunking import (
     SAFETY_MARGIN_TOKENS,
     SEPARATOR_TOKENS,
@@ -13,7 +14,6 @@ from jobs.summarize.chunking import (
     plan_chunks,
     token_spans,
 )
-from serve_app.config_base import ConfigError
 
 
 @pytest.mark.parametrize(

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from core.config_base import ConfigError
 from jobs.summarize.chunking import Chunker
 from jobs.summarize.cli import main
 from jobs.summarize.config import SummarizeConfig
 from jobs.summarize.sample_corpus import LONG_TOPICS, sample_documents, write_sample
-from serve_app.config_base import ConfigError
 
 DEFAULT_YAML = Path(__file__).parents[2] / "jobs" / "summarize" / "configs" / "default.yaml"
 

@@ -9,10 +9,11 @@ import json
 import httpx
 import pytest
 
+from core.wire import BATCH_DOCUMENT_HEADER as DOCUMENT_HEADER
 from jobs.summarize.concurrency import AimdController, AimdSettings
 from jobs.summarize.pool_load import job_load, parse_pools
 from jobs.summarize.request_gate import RequestGate
-from jobs.summarize.serve_client import DOCUMENT_HEADER, RequestFailed, ServeClient, ServeSettings
+from jobs.summarize.serve_client import RequestFailed, ServeClient, ServeSettings
 from tests.support import ManualClock
 
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import ray
 
-from jobs.summarize import pipeline
+from core.upstream import one_actor_running_batches_at_once
 
 
 def test_the_summarize_actor_runs_several_batches_at_once_on_this_ray():
-    kwargs = pipeline._one_actor_running_batches_at_once(3)
+    kwargs = one_actor_running_batches_at_once(3)
     strategy = kwargs["compute"]
     assert strategy.min_size == strategy.max_size == 1
     assert strategy.max_tasks_in_flight_per_actor == 3
@@ -22,6 +22,6 @@ def test_a_ray_without_max_concurrent_calls_gets_the_actor_option(monkeypatch):
             self.size, self.max_tasks_in_flight_per_actor = size, max_tasks_in_flight_per_actor
 
     monkeypatch.setattr(ray.data, "ActorPoolStrategy", OlderActorPoolStrategy)
-    kwargs = pipeline._one_actor_running_batches_at_once(4)
+    kwargs = one_actor_running_batches_at_once(4)
     assert kwargs["max_concurrency"] == 4
     assert kwargs["compute"].size == 1 and kwargs["compute"].max_tasks_in_flight_per_actor == 4

@@ -6,9 +6,9 @@ from datetime import datetime, timezone
 
 import pytest
 
-from deployments.spend_ledger import DailySpend, next_reset
-from deployments.tenants import TenantDirectory, add_tenant, hash_key, read_tenants_file
-from serve_app.config import ConfigError
+from core.config import ConfigError
+from serving.spend_ledger import DailySpend, next_reset
+from serving.tenants import TenantDirectory, add_tenant, hash_key, read_tenants_file
 from tests.support import ManualClock
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from deployments.token_counter import PromptTokenCounter
+from serving.token_counter import PromptTokenCounter
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import AsyncIterator, Callable
 
-from deployments.admission import AdmissionPolicy, QueueState
+from serving.admission import AdmissionPolicy, QueueState
 
 # Retry-After bounds: never "retry now", never so long that a client gives up on a blip.
 MIN_RETRY_AFTER_S = 1

@@ -10,17 +10,15 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, Mapping
 
-from serve_app.config import AdmissionConfig
+from core import wire
+from core.config import AdmissionConfig
 
-
-PRIORITY_HEADER = "x-trilemma-priority"
-# A request that names no class (one sent to a pool directly) is served as real-time.
 DEFAULT_PRIORITY = 0
 
 
 def request_priority(headers: Mapping[str, str] | None, request: Any) -> int:
     """The class the router gave the request; else the body's own `priority`, else real-time."""
-    value = (headers or {}).get(PRIORITY_HEADER)
+    value = (headers or {}).get(wire.PRIORITY_HEADER)
     if value is not None:
         try:
             return int(value)

@@ -16,19 +16,19 @@ import json
 import time
 from typing import Any, AsyncGenerator, Callable
 
-from cluster.price_catalog import ReplicaRate
-from deployments.engine_activity import EngineActivity
-from deployments.latency_window import LatencyWindow
-from deployments.work_share import WorkShare
+from core import wire
+from core.price_catalog import ReplicaRate
+from serving.engine_activity import EngineActivity
+from serving.latency_window import LatencyWindow
+from serving.work_share import WorkShare
 
-PROMPT_TOKENS_HEADER = "x-trilemma-prompt-tokens"
 _DATA = "data: "
 
 
 def prompt_tokens_hint(headers: dict[str, str] | None, request: Any) -> int:
     """The router's exact count when it sent one; otherwise a rough one (4 characters a token)
     that only sets the request's prefill weight until the engine reports usage."""
-    value = (headers or {}).get(PROMPT_TOKENS_HEADER)
+    value = (headers or {}).get(wire.PROMPT_TOKENS_HEADER)
     if value and value.isdigit():
         return int(value)
     text = getattr(request, "prompt", None) or json.dumps(getattr(request, "messages", ""))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from serve_app.config import ScenarioConfig
+from core.config import ScenarioConfig
 
 
 @dataclass(frozen=True)

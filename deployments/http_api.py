@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from fastapi import FastAPI
-from ray.llm._internal.serve.core.configs.openai_api_models import ModelCard, ModelList
-from ray.llm._internal.serve.core.ingress.ingress import init, make_fastapi_ingress
 
+from core import wire
+from core.errors import install_error_handlers
+from core.upstream import ModelCard, ModelList, make_fastapi_ingress, new_ingress_app
 from deployments.router import TrilemmaRouter
-from serve_app.errors import install_error_handlers
 
 # Router method -> route. The OpenAI paths, plus one family per scenario, so that
 # `OpenAI(base_url=".../api/batch")` works as well as a plain POST to /api/batch.
@@ -20,12 +20,12 @@ ROUTER_ENDPOINTS = {
     "scenario_chat": lambda app: app.post("/api/{scenario}/chat/completions"),
     "scenario_completions": lambda app: app.post("/api/{scenario}/completions"),
     "scenario_models": lambda app: app.get("/api/{scenario}/models", response_model=ModelList),
-    "pool_activity": lambda app: app.get("/trilemma/pools"),
+    "pool_activity": lambda app: app.get(wire.POOLS_PATH),
 }
 
 
 def router_ingress_class() -> type:
     """TrilemmaRouter as a Serve ingress on a FastAPI app with OpenAI-style errors."""
-    app: FastAPI = init()
+    app: FastAPI = new_ingress_app()
     install_error_handlers(app)
     return make_fastapi_ingress(TrilemmaRouter, endpoint_map=ROUTER_ENDPOINTS, app=app)

@@ -21,6 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from core.upstream import node_ip_address
+
 # The fake provider starts each worker with these resources; CPUs are kept small so a 2-core
 # machine can hold a few nodes, and the object store at Ray's minimum.
 FAKE_NODE_CPUS = 1
@@ -89,12 +91,10 @@ class FakeCluster:
         }
 
     def start(self, extra_env: dict[str, str] | None = None) -> str:
-        import ray._private.services as services
-
         # Short: Ray's socket paths live under it and Unix sockets allow ~100 characters.
         self.temp_dir = tempfile.mkdtemp(prefix="trl-fake-", dir="/tmp")
         port = free_port()
-        ip = services.get_node_ip_address()
+        ip = node_ip_address()
         self.address = f"{ip}:{port}"
         config_path = Path(self.temp_dir) / "autoscaling.json"
         config_path.write_text(json.dumps(self.config(self.address)))

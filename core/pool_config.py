@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, model_validator
 
-from serve_app.config_base import StrictModel
+from core.config_base import StrictModel
 
 # Settings with a field of their own; repeating them in engine_kwargs would give two truths.
 _OWNED_ENGINE_KWARGS = ("max_model_len", "max_num_seqs", "quantization")

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, model_validator
 
-from serve_app.config_base import StrictModel
+from core.config_base import StrictModel
 
 
 class ConcurrencyRule(StrictModel):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Mapping
 
-from serve_app.config import PoolConfig, RoutingConfig
+from core.config import PoolConfig, RoutingConfig
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from typing import Literal
 import yaml
 from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt
 
-from serve_app.config import ConfigError, StrictModel
+from core.config import ConfigError, StrictModel
 
 DEFAULT_CATALOG_PATH = Path(__file__).with_name("prices.yaml")
 

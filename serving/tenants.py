@@ -22,7 +22,7 @@ from pathlib import Path
 import yaml
 from pydantic import Field, NonNegativeFloat
 
-from serve_app.config import ConfigError, StrictModel
+from core.config import ConfigError, StrictModel
 
 KEY_PREFIX = "tk-"
 

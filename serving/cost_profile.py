@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 from autoscaling.control_board import ControlBoard, RayControlBoard
-from serve_app.config import ScenarioConfig
-from serve_app.autoscaling_config import CostProfileConfig
+from core.autoscaling_config import CostProfileConfig
+from core.config import ScenarioConfig
 
 logger = logging.getLogger("ray.serve")
 

@@ -19,13 +19,6 @@ import uuid
 from typing import Any, AsyncGenerator
 
 from ray import serve
-from ray.llm._internal.serve.core.configs.openai_api_models import (
-    ChatCompletionResponse,
-    ChatCompletionStreamResponse,
-    CompletionResponse,
-    CompletionStreamResponse,
-)
-from ray.llm._internal.serve.core.engine.protocol import LLMEngine
 from vllm.entrypoints.openai.chat_completion.protocol import (
     ChatCompletionResponseChoice,
     ChatCompletionResponseStreamChoice,
@@ -36,10 +29,15 @@ from vllm.entrypoints.openai.completion.protocol import (
     CompletionResponseChoice,
     CompletionResponseStreamChoice,
 )
-try:  # vLLM >= 0.29
-    from vllm.entrypoints.serve.engine.protocol import UsageInfo
-except ImportError:  # vLLM 0.26
-    from vllm.entrypoints.openai.engine.protocol import UsageInfo
+
+from core.upstream import (
+    ChatCompletionResponse,
+    ChatCompletionStreamResponse,
+    CompletionResponse,
+    CompletionStreamResponse,
+    LLMEngine,
+    UsageInfo,
+)
 
 FAIL_MARKER = "FAIL_ENGINE"
 FAIL_MIDSTREAM_MARKER = "FAIL_MIDSTREAM"

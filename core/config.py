@@ -10,10 +10,10 @@ from pydantic import Field, NonNegativeFloat, PositiveInt, model_validator
 
 # The sections below live in modules of their own; they are re-exported here, where every
 # caller looks for the config's parts.
-from serve_app.autoscaling_config import AutoscalingConfig, PoolScalingConfig
-from serve_app.config_base import ConfigError, StrictModel, read_yaml
-from serve_app.model_store import EMBEDDED_MODEL_REF
-from serve_app.pool_config import (
+from core.autoscaling_config import AutoscalingConfig, PoolScalingConfig
+from core.config_base import ConfigError, StrictModel, read_yaml
+from core.model_store import EMBEDDED_MODEL_REF
+from core.pool_config import (
     ARRIVAL_HEADROOM,
     DEFAULT_QUEUE_SHARE,
     REPLICA_ROUTERS,
@@ -28,10 +28,11 @@ __all__ = [
     "StrictModel", "TenantsConfig", "TrilemmaConfig", "resolve_config_path",
 ]
 
-CONFIG_DIR = Path(__file__).parent / "configs"
-DEFAULT_CONFIG_PATH = CONFIG_DIR / "local-cpu.yaml"
 # The folder that holds serve_app/: the repository root, or site-packages once installed.
 PROJECT_ROOT = Path(__file__).parent.parent
+# The shipped configs are the app's (serve_app/configs); this layer only names where they are.
+CONFIG_DIR = PROJECT_ROOT / "serve_app" / "configs"
+DEFAULT_CONFIG_PATH = CONFIG_DIR / "local-cpu.yaml"
 
 _NAME = re.compile(r"^[a-z][a-z0-9-]{0,39}$")
 
@@ -142,7 +143,7 @@ class HttpConfig(StrictModel):
 
 class CostConfig(StrictModel):
     catalog: str | None = Field(
-        None, description="Price catalog YAML; null: the one this package ships (cluster/prices.yaml)."
+        None, description="Price catalog YAML; null: the one this package ships (core/prices.yaml)."
     )
     live_prices: Literal["auto", "off"] = Field(
         "auto",
@@ -167,16 +168,18 @@ class TenantsConfig(StrictModel):
 
 class TrilemmaConfig(StrictModel):
     app_name: str = Field("trilemma", description="Ray Serve application name.")
-    model: ModelSpec = Field(default_factory=ModelSpec)
-    routing: RoutingConfig = Field(default_factory=RoutingConfig)
-    router: RouterConfig = Field(default_factory=RouterConfig)
+    model: ModelSpec = Field(default_factory=ModelSpec, description="The model every pool serves.")
+    routing: RoutingConfig = Field(default_factory=RoutingConfig, description="How a request finds its scenario and pool.")
+    router: RouterConfig = Field(default_factory=RouterConfig, description="The router (ingress) deployment.")
     pools: dict[str, PoolConfig] = Field(description="Engine pools by name.")
     scenarios: dict[str, ScenarioConfig] = Field(description="Scenario profiles by name.")
-    costs: CostConfig = Field(default_factory=CostConfig)
-    autoscaling: AutoscalingConfig = Field(default_factory=AutoscalingConfig)
-    tenants: TenantsConfig = Field(default_factory=TenantsConfig)
-    local_ray: LocalRayConfig = Field(default_factory=LocalRayConfig)
-    http: HttpConfig = Field(default_factory=HttpConfig)
+    costs: CostConfig = Field(default_factory=CostConfig, description="Prices: the catalog, its purchase option and live prices.")
+    autoscaling: AutoscalingConfig = Field(
+        default_factory=AutoscalingConfig, description="Replicas per pool from latency, utilization and cost."
+    )
+    tenants: TenantsConfig = Field(default_factory=TenantsConfig, description="API keys and daily budgets.")
+    local_ray: LocalRayConfig = Field(default_factory=LocalRayConfig, description="The Ray the app starts when none runs.")
+    http: HttpConfig = Field(default_factory=HttpConfig, description="Where Ray Serve's HTTP proxy listens.")
 
     @model_validator(mode="after")
     def _names_and_references(self) -> TrilemmaConfig:

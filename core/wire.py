@@ -1,0 +1,72 @@
+"""The app's wire contract, named once: HTTP headers, its own paths, metric names, and the stats
+a pool replica reports to the autoscaler. Clients (the batch job, the benchmark, the CLI) and
+the app read the same names from here."""
+
+from __future__ import annotations
+
+from typing import TypedDict
+
+# Request headers a client may send.
+SCENARIO_HEADER = "x-scenario"                   # picks a scenario on /v1/*
+POOL_HEADER = "x-trilemma-pool"                  # pins a pool (debugging); in answers: the pool that served
+BATCH_DOCUMENT_HEADER = "x-trilemma-batch-document"  # the summarize job's document, for logs and tracing
+
+# Response headers: where a request went and why, and what it cost.
+SCENARIO_ANSWER_HEADER = "x-trilemma-scenario"
+ROUTE_REASON_HEADER = "x-trilemma-route-reason"
+PROMPT_TOKENS_HEADER = "x-trilemma-prompt-tokens"  # also router -> replica: the exact prompt count
+ADJUSTMENTS_HEADER = "x-trilemma-adjustments"
+COST_PROFILE_HEADER = "x-trilemma-cost-profile"
+COST_HEADER = "x-trilemma-cost-usd"              # whole answers; a stream's cost is in its usage
+TTFT_HEADER = "x-trilemma-ttft-ms"               # streams: headers leave with the first token
+
+# Router -> pool replica.
+PRIORITY_HEADER = "x-trilemma-priority"
+
+# The app's own path beside the OpenAI API: every replica's busy clock and each pool's price.
+POOLS_PATH = "/trilemma/pools"
+
+# Metric names as the app records them; Ray's exporter serves each as `ray_<name>`.
+TOKENS_TOTAL = "trilemma_tokens_total"
+REQUEST_COST_USD_TOTAL = "trilemma_request_cost_usd_total"
+REQUESTS_TOTAL = "trilemma_requests_total"
+REQUEST_COST_USD = "trilemma_request_cost_usd"
+TTFT_SECONDS = "trilemma_ttft_seconds"
+TPOT_SECONDS = "trilemma_tpot_seconds"
+PROMPT_TOKENS_SAVED_TOTAL = "trilemma_prompt_tokens_saved_total"
+ENGINE_BUSY_SECONDS_TOTAL = "trilemma_engine_busy_seconds_total"
+REPLICA_SECONDS_TOTAL = "trilemma_replica_seconds_total"
+POOL_BUSY_USD_TOTAL = "trilemma_pool_busy_usd_total"
+POOL_IDLE_USD_TOTAL = "trilemma_pool_idle_usd_total"
+REQUESTS_SHED_TOTAL = "trilemma_requests_shed_total"
+REQUESTS_IN_ENGINE = "trilemma_requests_in_engine"
+REQUESTS_WAITING = "trilemma_requests_waiting"
+SCALING_DECISIONS_TOTAL = "trilemma_scaling_decisions_total"
+TARGET_REPLICAS = "trilemma_target_replicas"
+
+
+def exported(metric: str) -> str:
+    """The name Prometheus scrapes for one of the app's metrics."""
+    return f"ray_{metric}"
+
+
+class ReplicaStats(TypedDict, total=False):
+    """What a pool replica returns from `record_autoscaling_stats()`; a figure it has not
+    measured yet is absent."""
+
+    ttft_p50_s: float
+    ttft_p99_s: float
+    tpot_p50_s: float
+    tpot_p99_s: float
+    requests_per_s: float
+    tokens_per_s: float
+    waiting: float
+    running: float
+    kv_cache_usage: float
+    utilization: float
+    batch_occupancy: float
+    usd_per_hour: float
+    max_in_engine: float
+
+
+REPLICA_STAT_KEYS = tuple(ReplicaStats.__annotations__)

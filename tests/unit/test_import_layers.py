@@ -1,0 +1,38 @@
+"""The layers (pyproject.toml's [tool.importlinter]): each package imports only the layers below
+it, bench and tests are imported by nothing, and the request-path and scaling logic takes
+nothing of Ray Serve's or vLLM's. A wrong import fails here with the rule it breaks."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from importlinter.cli import lint_imports
+
+ROOT = Path(__file__).resolve().parents[2]
+# Pure logic: it runs in the router, the replicas and Serve's controller alike, and in tests
+# without a cluster. Ray core (actors, the KV store) is allowed; Ray Serve, Ray's LLM library and
+# vLLM are not.
+PURE_LOGIC = ("serving", "autoscaling")
+NOT_IN_PURE_LOGIC = ("ray.serve", "ray.llm", "vllm", "core.upstream")
+
+
+def test_the_import_contracts_hold(capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    exit_code = lint_imports(config_filename=str(ROOT / "pyproject.toml"), no_cache=True)
+    report = capsys.readouterr().out
+    assert exit_code == 0, report
+
+
+def test_the_pure_logic_imports_no_ray_serve_llm_or_vllm():
+    """import-linter sees an outside package only as a whole (`ray`), so the parts of Ray this
+    rule is about are checked here, module by module."""
+    found = []
+    for package in PURE_LOGIC:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
+                         else [node.module] if isinstance(node, ast.ImportFrom) and node.module else [])
+                found += [f"{path.relative_to(ROOT)}:{node.lineno} imports {name}" for name in names
+                          if any(name == f or name.startswith(f + ".") for f in NOT_IN_PURE_LOGIC)]
+    assert not found, "\n".join(found)
