@@ -71,7 +71,7 @@ test: setup prometheus
 test-fast: setup
 	$(PY) -m pytest -v -m "not e2e"
 
-# On a GPU host with vLLM and Ray importable (see README, "GPU benchmarks"); no venv of ours.
+# On a GPU host with vLLM and Ray importable (see docs/cluster.md, "GPU benchmarks"); no venv of ours.
 gpu-bench:
 	bench/gpu_bench.sh all
 

@@ -33,7 +33,7 @@ from autoscaling.control_board import (
     state_key,
 )
 from autoscaling.policy import ScalingDecision
-from autoscaling.signals import STAT_KEYS, PoolSignals
+from autoscaling.signals import PoolSignals
 from autoscaling.state import AutoscalerState
 from core import wire
 from core.config import TrilemmaConfig
@@ -85,7 +85,7 @@ class PoolScalingPolicy:
     def _signals(self, ctx: Any) -> PoolSignals:
         metrics = ctx.aggregated_metrics or {}
         replicas = {replica for values in metrics.values() for replica in values}
-        stats = [{key: metrics[key][replica] for key in STAT_KEYS if replica in metrics.get(key, {})}
+        stats = [{key: metrics[key][replica] for key in wire.REPLICA_STAT_KEYS if replica in metrics.get(key, {})}
                  for replica in replicas]
         # Decisions start from the target, not the running count: replicas still starting are
         # already decided (and paid for), and a restarted controller counts no running replica

@@ -5,8 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from core.wire import REPLICA_STAT_KEYS as STAT_KEYS  # what a pool replica reports
-
 
 @dataclass(frozen=True)
 class PoolSignals:

@@ -15,7 +15,7 @@ import json
 import logging
 from typing import Any
 
-from ray.llm._internal.serve.core.configs.openai_api_models import (  # noqa: F401  (re-exported)
+from ray.llm._internal.serve.core.configs.openai_api_models import (
     ChatCompletionRequest,
     ChatCompletionResponse,
     ChatCompletionStreamResponse,
@@ -28,35 +28,32 @@ from ray.llm._internal.serve.core.configs.openai_api_models import (  # noqa: F4
     OpenAIHTTPException,
     to_model_metadata,
 )
-from ray.llm._internal.serve.core.engine.protocol import LLMEngine  # noqa: F401
-from ray.llm._internal.serve.core.ingress.ingress import (  # noqa: F401
-    OpenAiIngress,
-    make_fastapi_ingress,
-    router_request_timeout,
-)
-from ray.llm._internal.serve.core.ingress.ingress import (
-    init as new_ingress_app,
-)
-from ray.llm._internal.serve.core.ingress.utils import (  # noqa: F401
-    NON_STREAMING_RESPONSE_TYPES,
-)
-from ray.llm._internal.serve.core.ingress.utils import (
-    _openai_json_wrapper as openai_json_lines,
-)
-from ray.llm._internal.serve.core.ingress.utils import (
-    _peek_at_generator as peek_at_generator,
-)
+from ray.llm._internal.serve.core.engine.protocol import LLMEngine
+from ray.llm._internal.serve.core.ingress.ingress import OpenAiIngress, make_fastapi_ingress, router_request_timeout
+from ray.llm._internal.serve.core.ingress.ingress import init as new_ingress_app
+from ray.llm._internal.serve.core.ingress.utils import NON_STREAMING_RESPONSE_TYPES
+from ray.llm._internal.serve.core.ingress.utils import _openai_json_wrapper as openai_json_lines
+from ray.llm._internal.serve.core.ingress.utils import _peek_at_generator as peek_at_generator
 from ray.llm._internal.serve.core.ingress.utils import (
     _sanitize_chat_completion_request as sanitize_chat_completion_request,
 )
-from ray.llm._internal.serve.core.protocol import RawRequestInfo  # noqa: F401
-from ray.llm._internal.serve.observability.logging import get_logger  # noqa: F401
+from ray.llm._internal.serve.core.protocol import RawRequestInfo
+from ray.llm._internal.serve.observability.logging import get_logger
 
 try:  # vLLM >= 0.29
     from vllm.entrypoints.generate.base.protocol import StreamOptions
     from vllm.entrypoints.serve.engine.protocol import UsageInfo
 except ImportError:  # vLLM 0.26
-    from vllm.entrypoints.openai.engine.protocol import StreamOptions, UsageInfo  # noqa: F401
+    from vllm.entrypoints.openai.engine.protocol import StreamOptions, UsageInfo
+
+__all__ = [
+    "NON_STREAMING_RESPONSE_TYPES", "ChatCompletionRequest", "ChatCompletionResponse", "ChatCompletionStreamResponse",
+    "CompletionRequest", "CompletionResponse", "CompletionStreamResponse", "ErrorResponse", "LLMEngine", "ModelCard",
+    "ModelList", "OpenAIHTTPException", "OpenAiIngress", "RawRequestInfo", "StreamOptions", "UsageInfo",
+    "autoscaler_report", "get_logger", "make_fastapi_ingress", "new_ingress_app", "node_ip_address",
+    "one_actor_running_batches_at_once", "openai_json_lines", "peek_at_generator", "router_request_timeout",
+    "sanitize_chat_completion_request", "serve_controller", "to_model_metadata", "validate_launcher_config",
+]
 
 
 def validate_launcher_config(config: dict[str, Any]) -> dict[str, Any]:

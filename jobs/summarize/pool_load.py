@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from core import wire
 from jobs.summarize.concurrency import Load
 
 SEVERITY = {"clear": 0, "busy": 1, "congested": 2}

@@ -111,7 +111,7 @@ def test_prometheus_sees_the_counters_move_by_what_requests_did(client, promethe
     assert wait_for(prometheus, prompt_q, before[prompt_q] + prompt) == before[prompt_q] + prompt
     assert wait_for(prometheus, cost_q, before[cost_q] + dollars * 0.999) == pytest.approx(
         before[cost_q] + dollars, rel=1e-6)
-    # The per-pool $/1M tokens the README's query gives, and the idle dollars beside it.
+    # The per-pool $/1M tokens docs/costs.md's query gives, and the idle dollars beside it.
     per_million = query(prometheus, "1e6 * sum by (pool) (trilemma_request_cost_usd_total) / "
                                     "sum by (pool) (trilemma_tokens_total)")
     assert per_million > 0
