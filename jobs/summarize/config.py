@@ -7,8 +7,8 @@ from typing import Any, Literal
 
 from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
 
+from core.config import EMBEDDED_MODEL_REF
 from core.config_base import ConfigError, StrictModel, read_yaml
-from core.model_store import EMBEDDED_MODEL_REF
 
 TEXT_PLACEHOLDER = "{text}"
 

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from serving.prompt_hygiene import normalize_request, normalize_text
+from serving.scenarios import normalize_request, normalize_text
 
 
 @pytest.mark.parametrize("text, expected", [
