@@ -76,4 +76,4 @@ gpu-bench:
 	bench/gpu_bench.sh all
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .pytest_cache .import_linter_cache

@@ -35,7 +35,7 @@ OUTPUT_TOKENS = 64
 def run_ours(args, prompts_path: Path, shape: str, name: str) -> dict:
     load = ["--rate", str(args.rate)] if shape == "rate" else ["--concurrency", str(args.concurrency)]
     subprocess.run([
-        sys.executable, "-m", "serve_app.cli", "bench", "run", "--url", args.url,
+        sys.executable, "-m", "bench", "run", "--url", args.url,
         "--dataset", "jsonl", "--dataset-path", str(prompts_path), "--num-prompts", str(args.num_prompts),
         *load, "--warmup", "0", "--ignore-eos", "--seed", "0",
         "--out", str(RESULTS), "--name", name, "--no-progress",

@@ -27,17 +27,17 @@ engine() {
 app_overhead() {
   # All 256 prompts at once, as the engine-alone saturated run sends them, in ABBA rounds;
   # with one router replica and with the config's four.
-  python3 -m serve_app.cli bench overhead --config "$config" --set "model.source=$models/llama-8b-shape" \
+  python3 -m bench overhead --config "$config" --set "model.source=$models/llama-8b-shape" \
     --set router.replicas=1 --num-prompts 256 --rounds 4 --concurrency 256 --max-tokens 128 --warmup 16 \
     --out "$out" --name overhead-8b --no-progress
-  python3 -m serve_app.cli bench overhead --config "$config" --set "model.source=$models/llama-8b-shape" \
+  python3 -m bench overhead --config "$config" --set "model.source=$models/llama-8b-shape" \
     --set router.replicas=4 --num-prompts 256 --rounds 4 --concurrency 256 --max-tokens 128 --warmup 16 \
     --out "$out" --name overhead-8b-4routers --no-progress
 }
 
 app_overhead_moderate() {
   # 16 in flight: TTFT is the engine's, not queueing, so the router's own share shows.
-  python3 -m serve_app.cli bench overhead --config "$config" --set "model.source=$models/llama-8b-shape" \
+  python3 -m bench overhead --config "$config" --set "model.source=$models/llama-8b-shape" \
     --num-prompts 64 --rounds 6 --concurrency 16 --max-tokens 128 --warmup 16 \
     --out "$out" --name overhead-8b-c16 --no-progress
 }
@@ -46,19 +46,19 @@ isolation_args=(--config "$config" --set "model.source=$models/llama-8b-shape" -
   --long-fraction 0.1 --long-words 4500 --ignore-eos --overload-rate 300 --overload-prompts 900
   --out "$out" --no-progress)
 
-app_isolation() { python3 -m serve_app.cli bench isolation "${isolation_args[@]}" --name isolation-8b; }
+app_isolation() { python3 -m bench isolation "${isolation_args[@]}" --name isolation-8b; }
 app_isolation_split() {
-  python3 -m serve_app.cli bench isolation "${isolation_args[@]}" --arm split --name isolation-8b-split
+  python3 -m bench isolation "${isolation_args[@]}" --arm split --name isolation-8b-split
 }
 app_isolation_shared() {
-  python3 -m serve_app.cli bench isolation "${isolation_args[@]}" --arm shared \
+  python3 -m bench isolation "${isolation_args[@]}" --arm shared \
     --with "$out/isolation-8b-split.json" --name isolation-8b
 }
 
 app_colocate() {
   # Chat on the short pool at the isolation run's rate, alone and beside the batch summarization
   # job on the long pool; the help topics 40 times over keep an 8B engine busy through the windows.
-  python3 -m serve_app.cli bench colocate --config "$config" --set "model.source=$models/llama-8b-shape" \
+  python3 -m bench colocate --config "$config" --set "model.source=$models/llama-8b-shape" \
     --rate 16 --num-prompts 480 --output-tokens 128 --rounds 1 --job-lead-s 20 --corpus-copies 40 \
     --job-arg=--pool --job-arg=long --job-arg=--model --job-arg="$models/llama-8b-shape" \
     --job-arg=--set --job-arg=model.name=llama-8b-shape --job-arg=--max-concurrency --job-arg=32 \

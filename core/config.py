@@ -175,7 +175,7 @@ class TrilemmaConfig(StrictModel):
     router: RouterConfig = Field(default_factory=RouterConfig, description="The router (ingress) deployment.")
     pools: dict[str, PoolConfig] = Field(description="Engine pools by name.")
     scenarios: dict[str, ScenarioConfig] = Field(description="Scenario profiles by name.")
-    costs: CostConfig = Field(default_factory=CostConfig, description="Prices: the catalog, its purchase option and live prices.")
+    costs: CostConfig = Field(default_factory=CostConfig, description="Prices: the catalog and live cloud prices.")
     autoscaling: AutoscalingConfig = Field(
         default_factory=AutoscalingConfig, description="Replicas per pool from latency, utilization and cost."
     )

@@ -42,7 +42,9 @@ def _rows(model: type[BaseModel], prefix: str) -> Iterator[tuple[str, str, str]]
         section = _section_model(field.annotation)
         mapped = _mapped_model(field.annotation)
         if section is not None:
-            yield key, "", meaning or _one_line((section.__doc__ or "").strip().split("\n\n")[0])
+            # A section that may be null shows that default; one always present shows none.
+            default = "`null`" if field.default is None else ""
+            yield key, default, meaning
             yield from _rows(section, f"{key}.")
         elif mapped is not None:
             yield key, _default(field), meaning
@@ -79,8 +81,6 @@ def _default(field: FieldInfo) -> str:
     if field.default is PydanticUndefined and field.default_factory is None:
         return "required"
     value = field.default_factory() if field.default_factory is not None else field.default
-    if isinstance(value, BaseModel):
-        value = value.model_dump(mode="json")
     return f"`{json.dumps(value, default=str)}`".replace("|", "\\|")
 
 

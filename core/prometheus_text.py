@@ -23,6 +23,10 @@ _LABEL = re.compile(r'(?P<key>[a-zA-Z_][a-zA-Z0-9_]*)="(?P<value>(?:[^"\\]|\\.)*
 
 Labels = tuple[tuple[str, str], ...]
 
+# Ray's metrics agent takes up to its report interval (10 s) to expose a recorded value.
+EXPORT_DELAY_S = 12.0
+HISTOGRAMS = {"ttft": exported(TTFT_SECONDS), "tpot": exported(TPOT_SECONDS)}
+
 
 def samples(text: str, name: str) -> dict[Labels, float]:
     """`name`'s samples, keyed by their sorted (label, value) pairs."""
@@ -46,10 +50,6 @@ def total_by(series: dict[Labels, float], *keys: str, where: dict[str, str] | No
         group = tuple(as_dict.get(k, "") for k in keys)
         grouped[group] = grouped.get(group, 0.0) + value
     return grouped
-
-# Ray's metrics agent takes up to its report interval (10 s) to expose a recorded value.
-EXPORT_DELAY_S = 12.0
-HISTOGRAMS = {"ttft": exported(TTFT_SECONDS), "tpot": exported(TPOT_SECONDS)}
 
 
 def scrape(url: str | None) -> str | None:

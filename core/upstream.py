@@ -1,59 +1,77 @@
-"""Everything taken from Ray's and vLLM's private modules, and every version shim, in one place:
-a Ray or vLLM upgrade touches this file. The code must run on Ray 2.60 with vLLM 0.29 (the CPU
-default) and on Ray 2.58 with vLLM 0.26 (what Ray 2.58's LLM extra pins, on GPU hosts).
+"""Everything imported from Ray's and vLLM's private modules, and every version shim, in one
+place. The code runs on Ray 2.60 with vLLM 0.29 (the CPU default) and on Ray 2.58 with vLLM 0.26
+(what Ray 2.58's LLM extra pins, on GPU hosts).
 
-What only one command needs (the autoscaler's config check, a node's address, the
-autoscaler's status) is imported inside the function that uses it, so that importing this
-module stays the cost of Ray Serve LLM alone.
+Classes and functions are loaded on first use (PEP 562 `__getattr__`), so importing this module
+costs nothing: the `trilemma` CLI, the cluster planner and the batch job's driver never pay for
+Ray Serve LLM's and vLLM's imports unless they use them. What one command needs from Ray's
+internals is imported inside the function below that uses it.
+
+Beyond imports, two places lean on Ray Serve LLM's private behaviour and are the other things
+to check on an upgrade: deployments/pool.py overrides `LLMServer._run_request` and
+`_batch_output_stream`, and deployments/kv_cache_probe.py reads the engine's stat loggers.
+autoscaling/control_board.py uses Ray core's `internal_kv` (the pure logic may not import this
+module, which would bring Ray Serve in with it).
 """
 
 from __future__ import annotations
 
 import copy
+import importlib
 import inspect
 import json
 import logging
 from typing import Any
 
-from ray.llm._internal.serve.core.configs.openai_api_models import (
-    ChatCompletionRequest,
-    ChatCompletionResponse,
-    ChatCompletionStreamResponse,
-    CompletionRequest,
-    CompletionResponse,
-    CompletionStreamResponse,
-    ErrorResponse,
-    ModelCard,
-    ModelList,
-    OpenAIHTTPException,
-    to_model_metadata,
-)
-from ray.llm._internal.serve.core.engine.protocol import LLMEngine
-from ray.llm._internal.serve.core.ingress.ingress import OpenAiIngress, make_fastapi_ingress, router_request_timeout
-from ray.llm._internal.serve.core.ingress.ingress import init as new_ingress_app
-from ray.llm._internal.serve.core.ingress.utils import NON_STREAMING_RESPONSE_TYPES
-from ray.llm._internal.serve.core.ingress.utils import _openai_json_wrapper as openai_json_lines
-from ray.llm._internal.serve.core.ingress.utils import _peek_at_generator as peek_at_generator
-from ray.llm._internal.serve.core.ingress.utils import (
-    _sanitize_chat_completion_request as sanitize_chat_completion_request,
-)
-from ray.llm._internal.serve.core.protocol import RawRequestInfo
-from ray.llm._internal.serve.observability.logging import get_logger
+_RAY_LLM = "ray.llm._internal.serve"
+_OPENAI_MODELS = f"{_RAY_LLM}.core.configs.openai_api_models"
+# Name -> where it lives: (module, attribute), or several modules, tried in order, where vLLM
+# moved it (the first is vLLM >= 0.29's, the last vLLM 0.26's).
+_PRIVATE: dict[str, tuple[str | tuple[str, ...], str]] = {
+    **{name: (_OPENAI_MODELS, name) for name in (
+        "ChatCompletionRequest", "ChatCompletionResponse", "ChatCompletionStreamResponse", "CompletionRequest",
+        "CompletionResponse", "CompletionStreamResponse", "ErrorResponse", "ModelCard", "ModelList",
+        "OpenAIHTTPException", "to_model_metadata")},
+    "LLMEngine": (f"{_RAY_LLM}.core.engine.protocol", "LLMEngine"),
+    "OpenAiIngress": (f"{_RAY_LLM}.core.ingress.ingress", "OpenAiIngress"),
+    "make_fastapi_ingress": (f"{_RAY_LLM}.core.ingress.ingress", "make_fastapi_ingress"),
+    "new_ingress_app": (f"{_RAY_LLM}.core.ingress.ingress", "init"),
+    "router_request_timeout": (f"{_RAY_LLM}.core.ingress.ingress", "router_request_timeout"),
+    "NON_STREAMING_RESPONSE_TYPES": (f"{_RAY_LLM}.core.ingress.utils", "NON_STREAMING_RESPONSE_TYPES"),
+    "openai_json_lines": (f"{_RAY_LLM}.core.ingress.utils", "_openai_json_wrapper"),
+    "peek_at_generator": (f"{_RAY_LLM}.core.ingress.utils", "_peek_at_generator"),
+    "sanitize_chat_completion_request": (f"{_RAY_LLM}.core.ingress.utils", "_sanitize_chat_completion_request"),
+    "RawRequestInfo": (f"{_RAY_LLM}.core.protocol", "RawRequestInfo"),
+    "get_logger": (f"{_RAY_LLM}.observability.logging", "get_logger"),
+    "StreamOptions": (("vllm.entrypoints.generate.base.protocol", "vllm.entrypoints.openai.engine.protocol"),
+                      "StreamOptions"),
+    "UsageInfo": (("vllm.entrypoints.serve.engine.protocol", "vllm.entrypoints.openai.engine.protocol"), "UsageInfo"),
+    **{name: ("vllm.entrypoints.openai.chat_completion.protocol", name) for name in (
+        "ChatCompletionResponseChoice", "ChatCompletionResponseStreamChoice", "ChatMessage", "DeltaMessage")},
+    **{name: ("vllm.entrypoints.openai.completion.protocol", name) for name in (
+        "CompletionResponseChoice", "CompletionResponseStreamChoice")},
+}
 
-try:  # vLLM >= 0.29
-    from vllm.entrypoints.generate.base.protocol import StreamOptions
-    from vllm.entrypoints.serve.engine.protocol import UsageInfo
-except ImportError:  # vLLM 0.26
-    from vllm.entrypoints.openai.engine.protocol import StreamOptions, UsageInfo
 
-__all__ = [
-    "NON_STREAMING_RESPONSE_TYPES", "ChatCompletionRequest", "ChatCompletionResponse", "ChatCompletionStreamResponse",
-    "CompletionRequest", "CompletionResponse", "CompletionStreamResponse", "ErrorResponse", "LLMEngine", "ModelCard",
-    "ModelList", "OpenAIHTTPException", "OpenAiIngress", "RawRequestInfo", "StreamOptions", "UsageInfo",
-    "autoscaler_report", "get_logger", "make_fastapi_ingress", "new_ingress_app", "node_ip_address",
-    "one_actor_running_batches_at_once", "openai_json_lines", "peek_at_generator", "router_request_timeout",
-    "sanitize_chat_completion_request", "serve_controller", "to_model_metadata", "validate_launcher_config",
-]
+def __getattr__(name: str) -> Any:
+    try:
+        modules, attribute = _PRIVATE[name]
+    except KeyError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    candidates = (modules,) if isinstance(modules, str) else modules
+    for module in candidates:
+        try:
+            value = getattr(importlib.import_module(module), attribute)
+            break
+        except ImportError:
+            if module == candidates[-1]:
+                raise
+    globals()[name] = value  # loaded once
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_PRIVATE])
 
 
 def validate_launcher_config(config: dict[str, Any]) -> dict[str, Any]:

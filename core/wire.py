@@ -20,7 +20,8 @@ COST_PROFILE_HEADER = "x-trilemma-cost-profile"
 COST_HEADER = "x-trilemma-cost-usd"              # whole answers; a stream's cost is in its usage
 TTFT_HEADER = "x-trilemma-ttft-ms"               # streams: headers leave with the first token
 
-# Router -> pool replica.
+# Router -> pool replica: the scenario's priority class, which the replica's queue orders by;
+# answers carry it too.
 PRIORITY_HEADER = "x-trilemma-priority"
 
 # The app's own path beside the OpenAI API: every replica's busy clock and each pool's price.

@@ -153,9 +153,11 @@ class PoolServer(LLMServer):
         batch = self._llm_config.engine_kwargs.get("max_num_seqs")
         occupancy = (now.request_s - self._last_reported.request_s) / (batch * wall) if wall > 0 and batch else None
         self._last_reported = now
-        stats: ReplicaStats = {**self._latency.stats(), "waiting": float(self._admission.waiting),
-                 "running": float(self._admission.in_engine), "usd_per_hour": self._rate.usd_per_hour,
-                 "max_in_engine": float(self._admission.max_in_engine)}
+        stats: ReplicaStats = {
+            **self._latency.stats(), "waiting": float(self._admission.waiting),
+            "running": float(self._admission.in_engine), "usd_per_hour": self._rate.usd_per_hour,
+            "max_in_engine": float(self._admission.max_in_engine),
+        }
         if utilization is not None:
             stats["utilization"] = utilization
         if occupancy is not None:

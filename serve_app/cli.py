@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import sys
 import threading
 import time
 from importlib.metadata import entry_points
 from pathlib import Path
+from typing import Callable
 
 from core.config import DEFAULT_CONFIG_PATH, ConfigError, TrilemmaConfig
 from core.model_store import resolve_model_source
@@ -21,7 +23,8 @@ from serve_app.cost_cli import add_commands as add_cost_commands
 COMMAND_GROUP = "trilemma.commands"
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, plugins: list[Callable] | None = None) -> int:
+    """`plugins`: the `add_commands` of other parts; default: the installed entry points."""
     parser = argparse.ArgumentParser(prog="trilemma", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     serve_cmd = commands.add_parser("serve", help="prepare the model and serve the app")
@@ -44,8 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     add.add_argument("--file", required=True, help="the tenants YAML (the config's tenants.keys_file)")
     add.add_argument("--daily-budget-usd", type=float, help="most the tenant may spend per UTC day")
     add.set_defaults(func=_add_tenant)
-    for plugin in entry_points(group=COMMAND_GROUP):
-        plugin.load()(commands)
+    for add_plugin_commands in plugins if plugins is not None else _installed_plugins():
+        add_plugin_commands(commands)
     add_cost_commands(commands)
     add_autoscale_commands(commands)
     add_cluster_commands(commands)
@@ -59,6 +62,30 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as error:
         print(f"trilemma: {error}", file=sys.stderr)
         return 2
+
+
+def _installed_plugins() -> list[Callable]:
+    """Each entry point's `add_commands`; one that cannot be imported (its extra is not
+    installed) becomes a command that says so, and the others still work."""
+    found = []
+    for plugin in entry_points(group=COMMAND_GROUP):
+        try:
+            found.append(plugin.load())
+        except ImportError as error:
+            found.append(functools.partial(_add_unavailable_command, plugin.name, error))
+    return found
+
+
+def _add_unavailable_command(name: str, error: ImportError, commands: argparse._SubParsersAction) -> None:
+    command = commands.add_parser(name, help=f"unavailable here: {error}")
+    command.add_argument("rest", nargs=argparse.REMAINDER)
+
+    def explain(args: argparse.Namespace) -> int:
+        print(f"trilemma {name}: cannot load ({error}); install the project's `{name}` extra: "
+              f"pip install -e '.[{name}]'", file=sys.stderr)
+        return 2
+
+    command.set_defaults(func=explain)
 
 
 def _add_tenant(args: argparse.Namespace) -> int:

@@ -13,6 +13,7 @@ from typing import Any, ClassVar, Literal, Mapping
 from core import wire
 from core.config import AdmissionConfig
 
+# A request that names no class (one sent to a pool directly) is served as real-time.
 DEFAULT_PRIORITY = 0
 
 

@@ -19,22 +19,18 @@ import uuid
 from typing import Any, AsyncGenerator
 
 from ray import serve
-from vllm.entrypoints.openai.chat_completion.protocol import (
-    ChatCompletionResponseChoice,
-    ChatCompletionResponseStreamChoice,
-    ChatMessage,
-    DeltaMessage,
-)
-from vllm.entrypoints.openai.completion.protocol import (
-    CompletionResponseChoice,
-    CompletionResponseStreamChoice,
-)
 
 from core.upstream import (
     ChatCompletionResponse,
+    ChatCompletionResponseChoice,
+    ChatCompletionResponseStreamChoice,
     ChatCompletionStreamResponse,
+    ChatMessage,
     CompletionResponse,
+    CompletionResponseChoice,
+    CompletionResponseStreamChoice,
     CompletionStreamResponse,
+    DeltaMessage,
     LLMEngine,
     UsageInfo,
 )

@@ -1,5 +1,5 @@
 """The layers (pyproject.toml's [tool.importlinter]): each package imports only the layers below
-it, bench and tests are imported by nothing, and the request-path and scaling logic takes
+it, nothing in the product imports bench or tests, and the request-path and scaling logic takes
 nothing of Ray Serve's or vLLM's. A wrong import fails here with the rule it breaks."""
 
 from __future__ import annotations
