@@ -23,7 +23,7 @@ from deployments.kv_cache_probe import KvCacheProbe
 from deployments.serving_metrics import PoolMetrics
 from serving.admission import AdmissionPolicy, request_priority
 from serving.admission_queue import AdmissionQueue
-from serving.cpu_engine import apply_cpu_niceness, read_cpu_flags, with_cpu_dtype
+from serving.cpu_engine import DtypeChoice, apply_cpu_niceness, read_cpu_flags, with_cpu_dtype
 from serving.engine_activity import EngineActivity
 from serving.latency_window import LatencyWindow
 from serving.request_metering import metered, prompt_tokens_hint
@@ -60,7 +60,7 @@ class PoolServer(LLMServer):
         apply_cpu_niceness(cpu_niceness, log=logger)
         if cpu_engine:
             # Here, on the node whose CPU will run the engine, not where the app was built.
-            llm_config.engine_kwargs, choice = with_cpu_dtype(llm_config.engine_kwargs, read_cpu_flags())
+            choice = choose_engine_dtype(llm_config, read_cpu_flags())
             logger.info("Pool %s: engine dtype %s: %s", pool_name, choice.dtype or "auto", choice.reason)
         # Set before the base constructor, which starts the replica.
         self._pool_name = pool_name
@@ -229,6 +229,16 @@ class _PendingMeter:
 # LLMServer._run_request creates the engine stream and batches it in one call; the batching
 # hook learns which request it serves from this (set per request, task-local).
 _PENDING_METER: contextvars.ContextVar[_PendingMeter] = contextvars.ContextVar("pending_meter")
+
+
+def choose_engine_dtype(llm_config: LLMConfig, cpu_flags: frozenset[str] | None) -> DtypeChoice:
+    """Sets the engine's dtype from the CPU's flags (unless the config names one). Through
+    `update_engine_kwargs`: the config keeps its own copy of the engine's arguments, made when
+    the app was built, and a plain assignment would not reach the engine."""
+    engine_kwargs, choice = with_cpu_dtype(llm_config.engine_kwargs, cpu_flags)
+    if engine_kwargs is not llm_config.engine_kwargs:
+        llm_config.update_engine_kwargs(dtype=engine_kwargs["dtype"])
+    return choice
 
 
 def deployment_name(pool_name: str) -> str:

@@ -160,7 +160,15 @@ def start_job(args: list[str]) -> subprocess.Popen:
 
     env = {**os.environ, "PYTHONPATH": str(REPO), "RAY_ADDRESS": ray.get_runtime_context().gcs_address}
     return subprocess.Popen([sys.executable, "-m", "jobs.summarize", *args], cwd=REPO, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=_ctrl_c_reaches_the_job)
+
+
+def _ctrl_c_reaches_the_job() -> None:
+    """A shell without job control starts background commands with SIGINT ignored, and Python
+    keeps an ignored SIGINT (no KeyboardInterrupt): under `make test &` or `nohup`, the job
+    would rightly finish instead of stopping. Ctrl-C at a terminal is what this test means."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def wait_for_records(state: Path, at_least: int, process: subprocess.Popen, timeout_s: float = 120) -> None:

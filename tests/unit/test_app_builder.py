@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from core.config import CONFIG_DIR, TrilemmaConfig
-from deployments.pool import deployment_name, llm_config_for_pool
+from deployments.pool import choose_engine_dtype, deployment_name, llm_config_for_pool
 from serve_app.app import app_builder, build_app
 
 
@@ -87,3 +87,12 @@ def test_pools_sharing_a_gpu_ask_ray_and_vllm_for_their_share():
     assert len(ports) == len(config.pools)
     # Its price is its share of the card.
     assert config.pools["short"].units == 0.45
+
+
+@pytest.mark.parametrize(("flags", "dtype"), [(frozenset({"avx2"}), "float32"), (frozenset({"avx2", "amx_bf16"}), "bfloat16")])
+def test_the_dtype_a_replica_chooses_reaches_the_engine(flags, dtype):
+    config = TrilemmaConfig.from_yaml(CONFIG_DIR / "local-cpu.yaml")
+    llm = llm_config_for_pool("short", config.pools["short"], config.model, "/models/smol")
+    llm.get_engine_config()  # building the app made the engine's copy of its arguments already
+    assert choose_engine_dtype(llm, flags).dtype == dtype
+    assert llm.get_engine_config().get_initialization_kwargs()["dtype"] == dtype
