@@ -44,7 +44,9 @@ def prompts_file(tmp_path):
 def test_sweep_restarts_the_app_per_setting_and_finds_the_knee(
     lifecycle_config, prompts_file, embedded_model_dir
 ):
-    slos = {"chat": Slo(tpot_s=0.05)}
+    # The settings sit far apart: a fake engine's per-token time must outweigh what every request
+    # pays anyway (HTTP, router, scheduling on a busy machine), or the cheapest setting is noise.
+    slos = {"chat": Slo(tpot_s=0.1)}
     workload = Workload.build("jsonl", num_prompts=8, rounds=1, warmup=1, slos=slos, path=prompts_file,
                               scenario="chat")
     replicas_seen = []
@@ -59,16 +61,16 @@ def test_sweep_restarts_the_app_per_setting_and_finds_the_knee(
             return points
 
     sweep = run_sweep(lifecycle_config, Knob("pools.short.env.TRILEMMA_FAKE_TPOT_S"),
-                      ["0.001", "0.01", "0.1"], measure, slos)
+                      ["0.001", "0.03", "0.3"], measure, slos)
     by_value = {s["value"]: s for s in sweep["settings"]}
-    slow_p99 = by_value["0.1"]["summary"]["tpot_ms"]["p99"]
-    assert by_value["0.1"]["slo_misses"] == [f"chat TPOT p99 {slow_p99:.0f} ms > 50 ms"]
-    assert by_value["0.001"]["slo_misses"] == by_value["0.01"]["slo_misses"] == []
+    slow_p99 = by_value["0.3"]["summary"]["tpot_ms"]["p99"]
+    assert by_value["0.3"]["slo_misses"] == [f"chat TPOT p99 {slow_p99:.0f} ms > 100 ms"]
+    assert by_value["0.001"]["slo_misses"] == by_value["0.03"]["slo_misses"] == []
     assert sweep["knee"]["value"] == "0.001", sweep["knee"]
     assert "good requests per $" in sweep["knee"]["reason"]
     # The engines' clocks saw the slow setting busy for longer.
     busy = {value: s["summary"]["pools"]["short"]["busy_fraction"] for value, s in by_value.items()}
-    assert 0 < busy["0.001"] < busy["0.1"] <= 1.0
+    assert 0 < busy["0.001"] < busy["0.3"] <= 1.0
     assert replicas_seen == [{"short"}] * 3
 
 
