@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from bench.chaos.cli import add_chaos_command
 from bench.arrivals import LoadShape
 from bench.autoscale.cli import add_commands as add_autoscale_commands
 from bench.cli_common import (
@@ -111,6 +112,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     add_output_args(isolation, "isolation")
     isolation.set_defaults(func=bench_isolation)
 
+    add_chaos_command(sub)
     report = sub.add_parser("report", help="result files -> markdown report with PNG plots")
     report.add_argument("results", nargs="+", type=Path, help="JSON files from bench run or sweep")
     report.add_argument("--out", type=Path, default=RESULTS_DIR / "report", help="report folder")

@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, NonNegativeFloat, PositiveInt, model_validator
+from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, model_validator
 
 # The sections below live in modules of their own; they are re-exported here, where every
 # caller looks for the config's parts.
@@ -117,6 +117,16 @@ class RouterConfig(StrictModel):
         0.0, description="CPUs Ray reserves per router replica; it waits on I/O, so 0 by default."
     )
     request_timeout_s: PositiveInt = Field(600, description="Longest a request may take in all.")
+    max_body_bytes: PositiveInt = Field(
+        8 * 1024 * 1024,
+        description="Largest request body a router accepts; a larger one gets 413 before it is "
+        "parsed. The default holds a prompt far past any pool's context.",
+    )
+    drain_timeout_s: PositiveFloat = Field(
+        120.0,
+        description="How long a router replica that is being removed (a redeploy, shutdown) goes "
+        "on serving the requests it holds; new requests go to the other router replicas.",
+    )
     max_queued_requests: PositiveInt = Field(
         2000, description="Requests waiting for a router replica before the proxy answers 429.",
     )

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from fastapi import FastAPI, HTTPException, Request
+from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException  # FastAPI's subclasses it; unknown paths raise this one
 from starlette.responses import JSONResponse
 
 _TYPE_BY_STATUS = {

@@ -113,6 +113,18 @@ class PoolConfig(StrictModel):
     env: dict[str, str] = Field(
         default_factory=dict, description="Environment variables of the engine processes."
     )
+    health_check_period_s: PositiveFloat = Field(
+        2.0,
+        description="How often Serve asks each replica whether its engine still lives; a replica "
+        "whose engine died is replaced after the next check. Requests see the death at once "
+        "and go to another pool meanwhile.",
+    )
+    drain_timeout_s: PositiveFloat = Field(
+        120.0,
+        description="How long a replica that is being removed (scale-down, a redeploy, shutdown) "
+        "goes on serving the requests it holds before it is stopped; new requests go elsewhere "
+        "meanwhile. Size it to the pool's longest expected answer.",
+    )
     cpu_niceness: int | None = Field(
         None, ge=0, le=19,
         description="Nice value of the pool's replica and engine processes (Ray starts them at 15); "

@@ -5,8 +5,9 @@ from __future__ import annotations
 from fastapi import FastAPI
 
 from core import wire
-from core.errors import install_error_handlers
-from core.upstream import ModelCard, ModelList, make_fastapi_ingress, new_ingress_app
+from core.errors import ApiError, install_error_handlers
+from core.upstream import ModelCard, ModelList, OpenAIHTTPException, make_fastapi_ingress, new_ingress_app
+from deployments.body_limit import BodyLimit
 from deployments.router import TrilemmaRouter
 
 # Router method -> route. The OpenAI paths, plus one family per scenario, so that
@@ -24,8 +25,15 @@ ROUTER_ENDPOINTS = {
 }
 
 
-def router_ingress_class() -> type:
-    """TrilemmaRouter as a Serve ingress on a FastAPI app with OpenAI-style errors."""
+def router_ingress_class(max_body_bytes: int) -> type:
+    """TrilemmaRouter as a Serve ingress on a FastAPI app with OpenAI-style errors, refusing
+    bodies over `max_body_bytes` before parsing them."""
     app: FastAPI = new_ingress_app()
     install_error_handlers(app)
+
+    @app.exception_handler(OpenAIHTTPException)
+    async def _ingress_error(_, error: OpenAIHTTPException):  # raised by Ray's ingress (/v1/models/...)
+        return ApiError(error.status_code, error.message, code=error.type).to_response()
+
+    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     return make_fastapi_ingress(TrilemmaRouter, endpoint_map=ROUTER_ENDPOINTS, app=app)

@@ -14,12 +14,13 @@ from ray.serve.deployment import Application
 from ray.serve.llm import LLMConfig, build_llm_deployment
 from ray.serve.llm.deployment import LLMServer  # Ray 2.58 warns on the `ray.serve.llm` alias
 
-from autoscaling.control_board import RayControlBoard, concurrency_key
+from autoscaling.control_board import RayControlBoard, concurrency_key, replica_start_key
 from core.config import REPLICA_ROUTERS, AdmissionConfig, ModelSpec, PoolConfig
 from core.price_catalog import ReplicaRate
 from core.upstream import ChatCompletionRequest, CompletionRequest, get_logger
 from core.wire import ReplicaStats
 from deployments.kv_cache_probe import KvCacheProbe
+from deployments.pool_faults import EngineDied, engine_death_reason
 from deployments.serving_metrics import PoolMetrics
 from serving.admission import AdmissionPolicy, request_priority
 from serving.admission_queue import AdmissionQueue
@@ -40,6 +41,11 @@ ADMITTED_METHODS = ("chat", "completions")
 ACTIVITY_EXPORT_INTERVAL_S = 2.0
 # How often a replica looks for the engine concurrency the autoscaler set for its pool.
 CONCURRENCY_READ_INTERVAL_S = 1.0
+# Longest a health probe of the engine may take; vLLM's only reads a flag. A probe that times
+# out says nothing: a busy event loop is not a dead engine.
+ENGINE_PROBE_TIMEOUT_S = 5.0
+# How an engine's stream begins an error event (vLLM's, in OpenAI's shape).
+_ERROR_EVENT = 'data: {"error"'
 
 
 class PoolServer(LLMServer):
@@ -56,6 +62,7 @@ class PoolServer(LLMServer):
         max_in_engine: int, max_in_engine_ceiling: int | None = None, cpu_niceness: int | None = None,
         cpu_engine: bool = False, **kwargs: Any
     ) -> None:
+        self._constructed_at = time.monotonic()
         # Before the base constructor, which starts the engine: its processes inherit the value.
         apply_cpu_niceness(cpu_niceness, log=logger)
         if cpu_engine:
@@ -64,6 +71,7 @@ class PoolServer(LLMServer):
             logger.info("Pool %s: engine dtype %s: %s", pool_name, choice.dtype or "auto", choice.reason)
         # Set before the base constructor, which starts the replica.
         self._pool_name = pool_name
+        self._engine_death: str | None = None  # why the engine died, once it has
         self._max_in_engine = (max_in_engine, max_in_engine_ceiling or max_in_engine)
         self._rate = ReplicaRate(**replica_rate)
         self._metrics = PoolMetrics(pool_name)
@@ -85,6 +93,16 @@ class PoolServer(LLMServer):
         self._kv_cache = KvCacheProbe.attach(self.engine)
         self._concurrency_read_at = float("-inf")
         self._metrics_task = asyncio.create_task(self._export_activity())
+        await self._publish_start_time(time.monotonic() - self._constructed_at)
+
+    async def _publish_start_time(self, seconds: float) -> None:
+        """How long this replica took to serve: what a router tells clients to wait when the
+        pool is down and a replica is starting."""
+        key = replica_start_key(serve.get_replica_context().app_name, self._pool_name)
+        try:
+            await asyncio.to_thread(RayControlBoard().put, key, {"start_s": round(seconds, 1)})
+        except Exception as error:  # routers then say "no start time measured"; serving goes on
+            logger.warning("could not publish the start time to %s: %r", key, error)
 
     async def _export_activity(self) -> None:
         """Turns the busy clock into busy and idle dollars on the metrics, interval by interval,
@@ -107,13 +125,45 @@ class PoolServer(LLMServer):
     async def _admitted(self, priority: int, request: Any, kwargs: dict[str, Any]) -> AsyncGenerator[Any, None]:
         """The request's stream once the admission queue gives it an engine slot, which it
         holds until the stream ends; a shed request raises PoolOverloaded before any chunk."""
+        if self._engine_death is not None:
+            raise EngineDied(self._pool_name, self._engine_death)
         arrived_at = time.monotonic()
         async with self._admission.slot(priority):
-            # Closed here, not when collected: a client that leaves mid-stream must stop its
-            # engine request before the slot goes to the next one.
-            async with contextlib.aclosing(await self._engine_stream(request, kwargs, arrived_at)) as stream:
-                async for item in stream:
-                    yield item
+            try:
+                # Closed here, not when collected: a client that leaves mid-stream must stop its
+                # engine request before the slot goes to the next one.
+                async with contextlib.aclosing(await self._engine_stream(request, kwargs, arrived_at)) as stream:
+                    async for item in stream:
+                        # vLLM ends a stream whose engine died with an error event, not an error.
+                        if _carries_error_event(item) and await self._probe_engine() is not None:
+                            raise EngineDied(self._pool_name, self._engine_death)
+                        yield item
+            except Exception:
+                # A dead engine fails every request: say so, so that the router sends this one
+                # elsewhere and stops sending more.
+                if await self._probe_engine() is not None:
+                    raise EngineDied(self._pool_name, self._engine_death) from None
+                raise
+
+    async def _probe_engine(self) -> str | None:
+        """Why the engine is dead, or None while it is alive; a death is remembered."""
+        if self._engine_death is None:
+            try:
+                await asyncio.wait_for(self.engine.check_health(), ENGINE_PROBE_TIMEOUT_S)
+            except asyncio.TimeoutError:
+                logger.warning("Pool %s: engine health probe took over %.0f s", self._pool_name,
+                               ENGINE_PROBE_TIMEOUT_S)
+            except Exception as error:
+                self._engine_death = engine_death_reason(error)
+                logger.error("Pool %s: engine died (%s); refusing requests until Serve replaces "
+                             "this replica", self._pool_name, self._engine_death)
+        return self._engine_death
+
+    async def check_health(self) -> None:
+        """Serve's periodic health check: a dead engine makes the replica unhealthy, and Serve
+        replaces it."""
+        if self.engine is not None and await self._probe_engine() is not None:
+            raise EngineDied(self._pool_name, self._engine_death)
 
     async def _engine_stream(
         self, request: Any, kwargs: dict[str, Any], arrived_at: float | None = None
@@ -231,6 +281,12 @@ class _PendingMeter:
 _PENDING_METER: contextvars.ContextVar[_PendingMeter] = contextvars.ContextVar("pending_meter")
 
 
+def _carries_error_event(item: Any) -> bool:
+    """Whether a streamed item (an SSE string, or a batch of them) holds an error event."""
+    packets = item if isinstance(item, list) else (item,)
+    return any(isinstance(packet, str) and _ERROR_EVENT in packet for packet in packets)
+
+
 def choose_engine_dtype(llm_config: LLMConfig, cpu_flags: frozenset[str] | None) -> DtypeChoice:
     """Sets the engine's dtype from the CPU's flags (unless the config names one). Through
     `update_engine_kwargs`: the config keeps its own copy of the engine's arguments, made when
@@ -282,6 +338,8 @@ def llm_config_for_pool(
         deployment_config={
             **({"autoscaling_config": autoscaling_config} if autoscaling_config else {"num_replicas": pool.replicas}),
             "max_ongoing_requests": ongoing_limit or pool.ongoing_limit,
+            "health_check_period_s": pool.health_check_period_s,
+            "graceful_shutdown_timeout_s": pool.drain_timeout_s,
             # The engine's bundle holds the pool's CPUs; the replica actor itself only waits.
             "ray_actor_options": {"num_cpus": 0},
         },

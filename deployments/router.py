@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
-import json
 import time
 from typing import Any, AsyncGenerator, Callable
 
@@ -13,10 +13,10 @@ from pydantic import ValidationError
 from ray.serve.handle import DeploymentHandle
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from autoscaling.control_board import cost_profile_key
+from autoscaling.control_board import RayControlBoard, cost_profile_key
 from core import wire
 from core.config import ScenarioConfig, TrilemmaConfig
-from core.errors import ApiError, error_body, validation_error
+from core.errors import ApiError, validation_error
 from core.price_catalog import ReplicaRate
 from core.upstream import (
     NON_STREAMING_RESPONSE_TYPES,
@@ -29,23 +29,40 @@ from core.upstream import (
     RawRequestInfo,
     StreamOptions,
     get_logger,
-    openai_json_lines,
     peek_at_generator,
     router_request_timeout,
     sanitize_chat_completion_request,
 )
 from deployments.accounting import Accounting
+from deployments.pool import deployment_name
+from deployments.pool_faults import replica_failure
+from deployments.pool_watch import PoolWatch
+from deployments.stream_relay import relay
 from serving.admission_queue import PoolOverloaded
 from serving.cost_profile import CostProfileWatch, apply_cost_profile
-from serving.request_metering import final_usage, map_events
+from serving.pool_health import Outage, PoolHealth
 from serving.routing import RouteDecision, RouteRequest, RoutingPolicy
-from serving.scenarios import apply_profile, normalize_request
+from serving.scenarios import apply_profile, normalize_request, requested_max_tokens
 from serving.token_counter import PromptTokenCounter
 
 logger = get_logger(__name__)
 
 # A replica that cannot report its clock in this long is stuck; say so rather than hang.
 POOL_ACTIVITY_TIMEOUT_S = 10.0
+# A request whose replica died before its first token is sent again at most this often: once
+# is enough to survive a death, and a request that kills every engine it meets stops there.
+MAX_RETRIES = 1
+
+
+class _PoolFailed(Exception):
+    """The pool lost the replica serving a request before anything reached the client."""
+
+    def __init__(self, pool: str, reason: str) -> None:
+        super().__init__(pool, reason)
+        self.pool, self.reason = pool, reason
+
+    def __str__(self) -> str:
+        return f"pool {self.pool!r} failed: {self.reason}"
 
 
 class TrilemmaRouter(OpenAiIngress):
@@ -83,6 +100,10 @@ class TrilemmaRouter(OpenAiIngress):
         # Only the autoscaler puts the cost profile in force.
         self._cost_profile = CostProfileWatch(cost_profile_key(config.app_name)) \
             if config.autoscaling.enabled else None
+        self._health = PoolHealth(pools)
+        self._pool_watch = PoolWatch(
+            config.app_name, {name: deployment_name(name) for name in pools}, self._health, RayControlBoard()
+        )
 
     # HTTP endpoints (paths in deployments.http_api).
 
@@ -106,8 +127,10 @@ class TrilemmaRouter(OpenAiIngress):
         """`POST /api/<scenario>`: a chat body (with `messages`) or a completion body."""
         try:
             raw = await request.json()
-        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        except ValueError as error:  # not JSON, or not UTF-8
             raise ApiError(400, f"malformed JSON body: {error}", code="invalid_json") from None
+        except RecursionError:
+            raise ApiError(400, "malformed JSON body: nested too deeply", code="invalid_json") from None
         if not isinstance(raw, dict):
             raise ApiError(400, "request body must be a JSON object", code="invalid_request")
         is_chat = "messages" in raw
@@ -153,6 +176,7 @@ class TrilemmaRouter(OpenAiIngress):
         )
         tenant = "unauthenticated"
         headers: dict[str, str] = {}
+        self._pool_watch.start()
         try:
             # First: a caller without a key learns no more.
             tenant = self._accounting.authenticate(request.headers.get("authorization"))
@@ -172,6 +196,10 @@ class TrilemmaRouter(OpenAiIngress):
                     param="model",
                 )
             await self._accounting.check_budget(tenant)
+            requested = requested_max_tokens(body)
+            if requested is not None and requested < 1:
+                raise ApiError(400, f"max_tokens must be at least 1, got {requested}",
+                               code="invalid_request", param="max_tokens")
             applied = apply_profile(body, scenario)
             prompt_tokens = await self._count_prompt(body, call_method)
             if scenario.normalize_whitespace and normalize_request(body):
@@ -180,19 +208,9 @@ class TrilemmaRouter(OpenAiIngress):
                 self._accounting.metrics.prompt_tokens_saved(scenario_name, original_tokens - prompt_tokens)
             headers[wire.PROMPT_TOKENS_HEADER] = str(prompt_tokens)
             max_tokens = self._fit_default_budget(body, prompt_tokens, applied)
-            decision = self._route(
-                scenario_name, scenario, prompt_tokens, max_tokens, request.headers.get(wire.POOL_HEADER)
-            )
-            headers.update({wire.POOL_HEADER: decision.pool, wire.ROUTE_REASON_HEADER: decision.reason})
-            if self._config.pools[decision.pool].uses_priority_scheduling:
-                body.priority = scenario.priority
             headers[wire.PRIORITY_HEADER] = str(scenario.priority)
-            record = functools.partial(
-                self._accounting.record, pool=decision.pool, scenario=scenario_name, tenant=tenant,
-                priority=scenario.priority,
-            )
-            response = await self._forward(
-                decision.pool, call_method, body, request, prompt_tokens, scenario.priority, record
+            response = await self._route_and_forward(
+                body, call_method, request, scenario_name, scenario, tenant, prompt_tokens, max_tokens, headers
             )
         except ApiError as error:
             # Errors say as much of the route as was decided, like answers do.
@@ -208,6 +226,40 @@ class TrilemmaRouter(OpenAiIngress):
         if applied.adjustments:
             response.headers[wire.ADJUSTMENTS_HEADER] = "; ".join(applied.adjustments)
         return response
+
+    async def _route_and_forward(
+        self, body: Any, call_method: str, request: Request, scenario_name: str, scenario: ScenarioConfig,
+        tenant: str, prompt_tokens: int, max_tokens: int, headers: dict[str, str],
+    ) -> Response:
+        """Routes the request and forwards it; a pool that loses its replica before the first
+        token is marked down and the request routed again (headers say where it went and why)."""
+        client_priority = body.priority
+        failures: list[_PoolFailed] = []
+        while True:
+            decision = self._route(
+                scenario_name, scenario, prompt_tokens, max_tokens, request.headers.get(wire.POOL_HEADER)
+            )
+            retried = "".join(f"; retried after {failure}" for failure in failures)
+            headers.update({wire.POOL_HEADER: decision.pool, wire.ROUTE_REASON_HEADER: decision.reason + retried})
+            body.priority = self._engine_priority(decision.pool, scenario, client_priority)
+            record = functools.partial(
+                self._accounting.record, pool=decision.pool, scenario=scenario_name, tenant=tenant,
+                priority=scenario.priority,
+            )
+            try:
+                return await self._forward(
+                    decision.pool, call_method, body, request, prompt_tokens, max_tokens, scenario_name,
+                    scenario, record,
+                )
+            except _PoolFailed as failure:
+                self._health.failed(failure.pool, failure.reason)
+                failures.append(failure)
+                if len(failures) > MAX_RETRIES:
+                    raise ApiError(
+                        502, f"llm request failed: {'; then '.join(map(str, failures))}; not sent "
+                        f"again (at most {MAX_RETRIES} retry per request)", code="llm_request_failed",
+                    ) from None
+                logger.warning("%s; sending the request again", failure)
 
     async def _count_prompt(self, body: Any, call_method: str) -> int:
         if call_method == "chat":
@@ -267,6 +319,9 @@ class TrilemmaRouter(OpenAiIngress):
                     f"max_model_len of {pool.max_model_len}",
                     code="context_length_exceeded",
                 )
+            outage = self._health.outage(pinned_pool)
+            if outage is not None:
+                raise _unavailable([outage], "it is pinned by X-Trilemma-Pool")
             return RouteDecision(pinned_pool, f"pinned by X-Trilemma-Pool; {need} tokens")
         candidates = {name: pool for name, pool in pools.items() if scenario.admits(name, pool)}
         request = RouteRequest(
@@ -275,7 +330,19 @@ class TrilemmaRouter(OpenAiIngress):
             scenario=scenario_name,
             prefer_cheapest=scenario.prefer == "cheapest",
         )
-        decision = self._policy.choose(request, candidates) if candidates else None
+        # Pools that would take the request but are down: skipped, and named in the answer.
+        outages = [
+            outage for name, pool in candidates.items()
+            if pool.max_model_len >= need and (outage := self._health.outage(name)) is not None
+        ]
+        down = {outage.pool for outage in outages}
+        up = {name: pool for name, pool in candidates.items() if name not in down}
+        decision = self._policy.choose(request, up) if up else None
+        if decision is None and outages:
+            raise _unavailable(outages, f"scenario {scenario_name!r} may use no other pool that takes {need} tokens")
+        if decision is not None and outages:
+            skipped = "; ".join(f"skipped {outage.describe()}" for outage in outages)
+            decision = dataclasses.replace(decision, reason=f"{decision.reason}; {skipped}")
         if decision is None:
             detail = (
                 f": none of its pools {sorted(candidates)} takes {need} tokens"
@@ -291,18 +358,64 @@ class TrilemmaRouter(OpenAiIngress):
 
     async def _forward(
         self, pool: str, call_method: str, body: Any, request: Request, prompt_tokens: int,
-        priority: int, record: Callable[..., None],
+        max_tokens: int, scenario_name: str, scenario: ScenarioConfig, record: Callable[..., None],
     ) -> Response:
+        client_wants_usage = bool(body.stream and body.stream_options and body.stream_options.include_usage)
+        first, stream, ttft_ms = await self._open(pool, call_method, body, request, prompt_tokens, scenario.priority)
+        first_chunk = first[0] if isinstance(first, list) else first
+        if isinstance(first_chunk, ErrorResponse):
+            status = int(first_chunk.error.code or 500)
+            if status >= 500:
+                raise ApiError(502, f"llm request failed: {first_chunk.error.message}", code="llm_request_failed")
+            raise ApiError(status, first_chunk.error.message, code=first_chunk.error.type)
+        if isinstance(first_chunk, NON_STREAMING_RESPONSE_TYPES):
+            content = first_chunk.model_dump()
+            usage = content.get("usage") or {}
+            record(status=200, usage=usage)
+            cost = usage.get("cost_usd")
+            headers = {wire.COST_HEADER: f"{cost:.6e}"} if cost is not None else {}
+            return JSONResponse(content=content, headers=headers)
+        first_token_at = time.perf_counter()
+
+        def on_usage(usage: dict[str, Any]) -> None:
+            record(status=200, usage=usage, ttft_s=ttft_ms / 1000, decode_s=time.perf_counter() - first_token_at)
+
+        async def resume(following: Any, reason: str) -> tuple[str, AsyncGenerator]:
+            """Goes on with the answer elsewhere: the dead pool is closed, the rest routed anew."""
+            self._health.failed(pool, reason)
+            sent = max_tokens - following.max_tokens
+            decision = self._route(
+                scenario_name, scenario, prompt_tokens + sent, following.max_tokens,
+                request.headers.get(wire.POOL_HEADER),
+            )
+            # The client's own priority is not known here any more; 0 is every engine's default.
+            following.priority = self._engine_priority(decision.pool, scenario, 0)
+            _, rest, _ = await self._open(
+                decision.pool, call_method, following, request, prompt_tokens + sent, scenario.priority
+            )
+            return decision.pool, rest
+
+        return StreamingResponse(
+            relay(stream, pool, body=body, max_tokens=max_tokens, prompt_tokens=prompt_tokens,
+                  keep_usage=client_wants_usage, on_usage=on_usage, resume=resume),
+            media_type="text/event-stream",
+            headers={wire.TTFT_HEADER: f"{ttft_ms:.1f}"},
+        )
+
+    async def _open(
+        self, pool: str, call_method: str, body: Any, request: Request, prompt_tokens: int, priority: int,
+    ) -> tuple[Any, AsyncGenerator, float]:
+        """Sends the request to the pool: its first item, the stream (from that item on) and
+        the time to it, in ms. A replica that is gone raises _PoolFailed: safe to send elsewhere."""
         if isinstance(body, ChatCompletionRequest):
             body = sanitize_chat_completion_request(body)
-        client_wants_usage = bool(body.stream and body.stream_options and body.stream_options.include_usage)
         if body.stream:
             # The engine's last chunk carries usage and cost only when asked; we always ask, and
-            # pass that chunk on only to clients that asked too.
-            if body.stream_options is None:
-                body.stream_options = StreamOptions(include_usage=True)
-            else:
-                body.stream_options.include_usage = True
+            # pass that chunk on only to clients that asked too. On a copy: a request sent again
+            # must still say what its client asked for.
+            options = body.stream_options.model_copy(update={"include_usage": True}) \
+                if body.stream_options else StreamOptions(include_usage=True)
+            body = body.model_copy(update={"stream_options": options})
         raw_request = RawRequestInfo.from_starlette_request(request)
         raw_request.headers[wire.PROMPT_TOKENS_HEADER] = str(prompt_tokens)
         raw_request.headers[wire.PRIORITY_HEADER] = str(priority)  # the pool's queue orders by it
@@ -322,56 +435,27 @@ class TrilemmaRouter(OpenAiIngress):
                         429, overloaded.message, code="pool_overloaded",
                         headers={"Retry-After": str(overloaded.retry_after_s)},
                     ) from None
+                gone = replica_failure(error)
+                if gone is not None:  # nothing reached the client yet: safe to send elsewhere
+                    raise _PoolFailed(pool, gone) from None
                 logger.warning("pool %s failed a request: %r", pool, error)
                 raise ApiError(502, f"llm request failed: {_reason(error)}", code="llm_request_failed") from None
-        ttft_ms = (time.perf_counter() - started) * 1000
-        first_chunk = first[0] if isinstance(first, list) else first
-        if isinstance(first_chunk, ErrorResponse):
-            status = int(first_chunk.error.code or 500)
-            if status >= 500:
-                raise ApiError(502, f"llm request failed: {first_chunk.error.message}", code="llm_request_failed")
-            raise ApiError(status, first_chunk.error.message, code=first_chunk.error.type)
-        if isinstance(first_chunk, NON_STREAMING_RESPONSE_TYPES):
-            content = first_chunk.model_dump()
-            usage = content.get("usage") or {}
-            record(status=200, usage=usage)
-            cost = usage.get("cost_usd")
-            headers = {wire.COST_HEADER: f"{cost:.6e}"} if cost is not None else {}
-            return JSONResponse(content=content, headers=headers)
-        first_token_at = time.perf_counter()
+        return first, stream, (time.perf_counter() - started) * 1000
 
-        def on_usage(usage: dict[str, Any]) -> None:
-            record(status=200, usage=usage, ttft_s=ttft_ms / 1000, decode_s=time.perf_counter() - first_token_at)
-
-        return StreamingResponse(
-            _stream_with_errors(stream, pool, keep_usage=client_wants_usage, on_usage=on_usage),
-            media_type="text/event-stream",
-            headers={wire.TTFT_HEADER: f"{ttft_ms:.1f}"},
-        )
+    def _engine_priority(self, pool: str, scenario: ScenarioConfig, client_priority: int) -> int:
+        """Only an engine that schedules by priority accepts one: the scenario's there."""
+        return scenario.priority if self._config.pools[pool].uses_priority_scheduling else client_priority
 
 
-async def _stream_with_errors(
-    stream: AsyncGenerator, pool: str, *, keep_usage: bool, on_usage: Callable[[dict[str, Any]], None]
-) -> AsyncGenerator[str, None]:
-    """Once streaming has begun the status is sent; a failure becomes a last error event.
-    The engine's final usage event is reported to `on_usage`, and passed on if the client asked."""
-
-    def take_usage(event: dict[str, Any]) -> dict[str, Any] | None:
-        usage = final_usage(event)
-        if usage is None:
-            return event
-        on_usage(usage)
-        return event if keep_usage else None
-
-    try:
-        async for packet in openai_json_lines(stream):
-            packet = map_events(packet, take_usage)
-            if packet:
-                yield packet
-    except Exception as error:
-        logger.warning("pool %s failed mid-stream: %r", pool, error)
-        body = error_body(502, f"llm request failed: {_reason(error)}", code="llm_request_failed")
-        yield f"data: {json.dumps(body)}\n\ndata: [DONE]\n\n"
+def _unavailable(outages: list[Outage], why_no_other: str) -> ApiError:
+    """A 503 that names the pools that are down and when to try again: at once, not after a timeout."""
+    return ApiError(
+        503,
+        f"no pool can take this request now: {'; '.join(outage.describe() for outage in outages)}; "
+        f"{why_no_other}",
+        code="pool_unavailable",
+        headers={"Retry-After": str(min(outage.retry_after_s for outage in outages))},
+    )
 
 
 def _overload_of(error: BaseException) -> PoolOverloaded | None:

@@ -39,7 +39,7 @@ def build_app(
     }
     model_card = to_model_metadata(config.model.name, next(iter(llm_configs.values())))
     router = serve.deployment(
-        router_ingress_class(),
+        router_ingress_class(config.router.max_body_bytes),
         name="router",
         num_replicas=config.router.replicas,
         max_ongoing_requests=config.router.max_ongoing_requests,
@@ -47,6 +47,7 @@ def build_app(
         max_queued_requests=config.router.max_queued_requests,
         backpressure_config=BackpressureConfig(status_code=429, retry_after_s=config.router.retry_after_s),
         ray_actor_options={"num_cpus": config.router.num_cpus},
+        graceful_shutdown_timeout_s=config.router.drain_timeout_s,
     )
     return router.bind(
         pools=pools, model_card=model_card, config=config, tokenizer_source=source,

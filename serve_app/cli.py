@@ -6,7 +6,6 @@ import argparse
 import functools
 import logging
 import sys
-import threading
 import time
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -118,7 +117,7 @@ def _prepare_model(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from serve_app.launcher import deploy, shutdown_local_ray
+    from serve_app.launcher import deploy, serve_until_stopped
 
     config = TrilemmaConfig.from_yaml(args.config)
     if args.port:
@@ -129,17 +128,14 @@ def _serve(args: argparse.Namespace) -> int:
     url = deploy(config, model_source=source)
     print(
         f"\nTrilemma is serving {config.model.name} at {url}/v1 "
-        f"(ready {time.monotonic() - started:.0f} s after start; Ctrl-C stops it)\n"
+        f"(ready {time.monotonic() - started:.0f} s after start; Ctrl-C or SIGTERM drains and stops it)\n"
         f"  curl {url}/v1/chat/completions -H 'Content-Type: application/json' "
         f"-d '{{\"model\": \"{config.model.name}\", \"messages\": [{{\"role\": \"user\", "
         f"\"content\": \"Hello!\"}}]}}'\n",
         flush=True,
     )
-    try:
-        threading.Event().wait()
-    except KeyboardInterrupt:
-        print("stopping", flush=True)
-        shutdown_local_ray()
+    serve_until_stopped(config)
+    print("stopped", flush=True)
     return 0
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
+import threading
 from contextlib import contextmanager
 from typing import Iterator
 
@@ -15,6 +17,12 @@ from core.config import TrilemmaConfig
 from serve_app.app import build_app
 
 logger = logging.getLogger(__name__)
+# Beyond the longest drain: Serve's own stop of the emptied replicas.
+DRAIN_MARGIN_S = 15.0
+# A replica killed outright (SIGKILL, the OOM killer) leaves its vLLM engine process behind,
+# holding its memory and cores. With this set for the raylet, it adopts such orphans and kills
+# them within 10 s (Linux). A cluster started by `ray start` needs it in that environment.
+RAY_SUBREAPER_ENV = "RAY_kill_child_processes_on_worker_exit_with_raylet_subreaper"
 
 
 def ensure_ray(config: TrilemmaConfig) -> None:
@@ -24,6 +32,7 @@ def ensure_ray(config: TrilemmaConfig) -> None:
     if os.environ.get("RAY_ADDRESS"):
         ray.init()
     else:
+        os.environ.setdefault(RAY_SUBREAPER_ENV, "true")
         ray.init(num_cpus=config.local_ray.num_cpus,
                  _metrics_export_port=config.local_ray.metrics_export_port)
 
@@ -63,6 +72,44 @@ def deployed(
         yield deploy(config, engine_cls=engine_cls, model_source=model_source, route_prefix=route_prefix)
     finally:
         undeploy(config)
+
+
+def serve_until_stopped(config: TrilemmaConfig, stop: threading.Event | None = None) -> None:
+    """Serves until SIGTERM (what `docker stop`, Kubernetes and systemd send), Ctrl-C or `stop`,
+    then drains the app and ends the Ray session.
+
+    Ray's core would abort the process on SIGTERM; the handler set here, after Ray started,
+    replaces its handler for this process.
+    """
+    stop = stop or threading.Event()
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
+    try:
+        while not stop.wait(1.0):
+            pass
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    drain(config)
+    shutdown_local_ray()
+
+
+def drain(config: TrilemmaConfig) -> bool:
+    """Stops taking requests and lets those in flight finish: Serve removes the app's routes at
+    once, and each replica stops when its requests are done or its drain timeout has passed.
+    True when the app was gone within the longest drain timeout (plus a margin)."""
+    bound = max([config.router.drain_timeout_s, *(p.drain_timeout_s for p in config.pools.values())])
+    logger.info("draining %s: requests in flight may take up to %.0f s", config.app_name, bound)
+    deleting = threading.Thread(
+        target=serve.delete, args=(config.app_name,), kwargs={"_blocking": True}, daemon=True
+    )
+    deleting.start()
+    deleting.join(bound + DRAIN_MARGIN_S)
+    if deleting.is_alive():
+        logger.warning("%s did not drain within %.0f s; stopping it anyway", config.app_name, bound + DRAIN_MARGIN_S)
+        return False
+    logger.info("%s drained", config.app_name)
+    return True
 
 
 def shutdown_local_ray() -> None:

@@ -51,10 +51,18 @@ def final_usage(event: dict[str, Any]) -> dict[str, Any] | None:
     return usage if usage and not event.get("choices") else None
 
 
-def map_events(packet: str, change: Callable[[dict[str, Any]], dict[str, Any] | None]) -> str:
-    """Applies `change` to every JSON event of an SSE packet (one or several `data: ` events);
-    an event `change` maps to None is dropped."""
-    if '"usage"' not in packet:  # the common case, and the only events `change` acts on
+# What a `change` of map_events returns for an event to pass on exactly as it came.
+KEEP_EVENT = object()
+
+
+def map_events(
+    packet: str, change: Callable[[dict[str, Any]], dict[str, Any] | object | None], *,
+    usage_only: bool = True,
+) -> str:
+    """Applies `change` to the JSON events of an SSE packet (one or several `data: ` events): an
+    event it maps to None is dropped, one it maps to KEEP_EVENT passes on unchanged (no second
+    serialization). With `usage_only`, packets without a usage event pass untouched."""
+    if usage_only and '"usage"' not in packet:  # the common case
         return packet
     events = []
     for event in packet.split("\n\n"):
@@ -62,7 +70,8 @@ def map_events(packet: str, change: Callable[[dict[str, Any]], dict[str, Any] | 
             changed = change(json.loads(event[len(_DATA):]))
             if changed is None:
                 continue
-            event = _DATA + json.dumps(changed, separators=(",", ":"))
+            if changed is not KEEP_EVENT:
+                event = _DATA + json.dumps(changed, separators=(",", ":"))
         events.append(event)
     return "\n\n".join(events)
 

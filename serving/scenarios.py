@@ -20,6 +20,12 @@ class AppliedProfile:
     adjustments: tuple[str, ...]
 
 
+def requested_max_tokens(body) -> int | None:
+    """The completion budget the client asked for, if any (0 is a request, not an absence)."""
+    completion = getattr(body, "max_completion_tokens", None)
+    return completion if completion is not None else body.max_tokens
+
+
 def apply_profile(body, scenario: ScenarioConfig) -> AppliedProfile:
     """Caps max_tokens and temperature on `body` (an OpenAI chat or completion request) in place.
 
@@ -28,8 +34,8 @@ def apply_profile(body, scenario: ScenarioConfig) -> AppliedProfile:
     """
     adjustments: list[str] = []
     # Chat requests may carry the newer max_completion_tokens; it wins over max_tokens there.
-    requested = getattr(body, "max_completion_tokens", None) or body.max_tokens
-    max_tokens = requested or scenario.default_max_tokens
+    requested = requested_max_tokens(body)
+    max_tokens = scenario.default_max_tokens if requested is None else requested
     if requested is None:
         adjustments.append(f"max_tokens defaulted to {max_tokens}")
     if scenario.max_tokens_cap is not None and max_tokens > scenario.max_tokens_cap:

@@ -7,7 +7,12 @@ Knobs come from the pool's `env` (vLLM would refuse unknown engine_kwargs):
 `TRILEMMA_FAKE_TTFT_PER_REQUEST_S`, added to the TTFT for every other request in flight (a
 latency that follows load). A prompt
 containing FAIL_ENGINE makes it raise before answering, as a crashed engine would; one
-containing FAIL_MIDSTREAM raises after its first streamed chunk.
+containing FAIL_MIDSTREAM raises after its first streamed chunk. Faults of the whole replica:
+KILL_ENGINE@<pool> kills the engine of that pool's replica (this and every later request
+fails, and so does the health check, as with a vLLM engine whose process died),
+KILL_REPLICA@<pool> ends the replica's process at once (as SIGKILL would);
+KILL_ENGINE_MIDSTREAM@<pool> and KILL_REPLICA_MIDSTREAM@<pool> do so after the first
+streamed chunk. The pool is named so that the request, sent again to another pool, is served. `TRILEMMA_FAKE_START_S` makes the engine take that long to start.
 """
 
 from __future__ import annotations
@@ -37,6 +42,9 @@ from core.upstream import (
 
 FAIL_MARKER = "FAIL_ENGINE"
 FAIL_MIDSTREAM_MARKER = "FAIL_MIDSTREAM"
+KILL_ENGINE_MARKER = "KILL_ENGINE"
+KILL_REPLICA_MARKER = "KILL_REPLICA"
+MIDSTREAM_SUFFIX = "_MIDSTREAM"
 
 
 class FakeEngine(LLMEngine):
@@ -48,10 +56,14 @@ class FakeEngine(LLMEngine):
         self._ttft_per_request_s = float(os.environ.get("TRILEMMA_FAKE_TTFT_PER_REQUEST_S", "0"))
         self._in_flight = 0
         self._stamp = "unstarted"
+        self._pool = ""
+        self._dead = False
 
     async def start(self) -> None:
+        await asyncio.sleep(float(os.environ.get("TRILEMMA_FAKE_START_S", "0")))
         context = serve.get_replica_context()
         self._stamp = f"{context.deployment}/{context.replica_id.unique_id}"
+        self._pool = context.deployment.removeprefix("pool-")
 
     async def chat(self, request, raw_request_info=None) -> AsyncGenerator[Any, None]:
         prompt = " ".join(str(m.get("content", "")) for m in request.messages)
@@ -63,6 +75,7 @@ class FakeEngine(LLMEngine):
             yield item
 
     async def _generate(self, request, prompt: str, chat: bool) -> AsyncGenerator[Any, None]:
+        self._fault(prompt, midstream=False)
         if FAIL_MARKER in prompt:
             raise RuntimeError("fake engine crashed on request")
         stamp = f"served-by={self._stamp}"
@@ -102,6 +115,9 @@ class FakeEngine(LLMEngine):
                 if FAIL_MIDSTREAM_MARKER in prompt:
                     raise RuntimeError("fake engine crashed mid-stream")
                 await asyncio.sleep(self._tpot_s)
+                # After the pause: the chunks before it have left the replica, as a real
+                # engine's would have by the time it dies.
+                self._fault(prompt, midstream=True)
             last = index == len(words) - 1
             finish = "length" if last else None
             if chat:
@@ -122,6 +138,17 @@ class FakeEngine(LLMEngine):
             yield f"data: {final.model_dump_json()}\n\n"
         yield "data: [DONE]\n\n"
 
+    def _fault(self, prompt: str, *, midstream: bool) -> None:
+        """Kills the engine or the replica when the prompt asks this pool to, and fails every
+        request of a dead engine."""
+        when = MIDSTREAM_SUFFIX if midstream else ""
+        if f"{KILL_REPLICA_MARKER}{when}@{self._pool}" in prompt:
+            os._exit(1)
+        if f"{KILL_ENGINE_MARKER}{when}@{self._pool}" in prompt:
+            self._dead = True
+        if self._dead:
+            raise RuntimeError("fake engine process is dead")
+
     # The rest of the engine interface: nothing to do for a stand-in.
 
     def routing_stats(self) -> dict:
@@ -140,4 +167,5 @@ class FakeEngine(LLMEngine):
         return None
 
     async def check_health(self) -> None:
-        return None
+        if self._dead:
+            raise RuntimeError("fake engine process is dead")

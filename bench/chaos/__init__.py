@@ -1,0 +1,1 @@
+"""Fault injection under load: `trilemma bench chaos`."""

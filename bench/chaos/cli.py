@@ -1,0 +1,68 @@
+"""`trilemma bench chaos`: faults injected into a running app under steady load, counted."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from pathlib import Path
+
+import httpx
+
+from bench.chaos.faults import Fault, Target
+from bench.chaos.run import markdown, run_fault, to_json
+from bench.cli_common import add_output_args, command_line, fail, shown_path
+from bench.result_files import write_json
+from core.config import TrilemmaConfig
+
+DEFAULT_FAULTS = "kill-engine,kill-replica,kill-router,kill-controller,clients-leave"
+
+
+def add_chaos_command(sub: argparse._SubParsersAction) -> None:
+    chaos = sub.add_parser("chaos", help="faults injected into a running app under steady load: "
+                                         "failed, hung, time to serving again, processes left")
+    chaos.add_argument("--url", default="http://127.0.0.1:8000", help="the running app (without /v1)")
+    chaos.add_argument("--config", help="the config the app runs (its app name; needed by redeploy)")
+    chaos.add_argument("--pool", default="short", help="the pool whose parts die")
+    chaos.add_argument("--faults", default=DEFAULT_FAULTS,
+                       help=f"comma-separated, in order, from: {', '.join(Fault.registry)}")
+    chaos.add_argument("--rate", type=float, default=0.5, help="steady chat requests per second")
+    chaos.add_argument("--before-s", type=float, default=20.0, help="load before each fault")
+    chaos.add_argument("--settle-s", type=float, default=20.0, help="load after the pool serves again")
+    chaos.add_argument("--recover-timeout-s", type=float, default=600.0)
+    chaos.add_argument("--hang-s", type=float, default=120.0, help="no answer within this: hung")
+    chaos.add_argument("--clients-leaving", type=int, default=1000, help="for the clients-leave fault")
+    chaos.add_argument("--serve-pid", type=int, help="the `trilemma serve` process (for sigterm)")
+    add_output_args(chaos, "chaos")
+    chaos.set_defaults(func=bench_chaos)
+
+
+def bench_chaos(args: argparse.Namespace) -> int:
+    names = [name.strip() for name in args.faults.split(",") if name.strip()]
+    unknown = sorted(set(names) - set(Fault.registry))
+    if unknown:
+        return fail(ValueError(f"unknown faults {unknown}; known: {sorted(Fault.registry)}"))
+    app = TrilemmaConfig.from_yaml(args.config).app_name if args.config else "trilemma"
+    try:
+        model = httpx.get(f"{args.url.rstrip('/')}/v1/models", timeout=30).json()["data"][0]["id"]
+    except (httpx.HTTPError, KeyError, IndexError, ValueError) as error:
+        return fail(ValueError(f"no app answers /v1/models at {args.url}: {error}"))
+    target = Target(app=app, url=args.url, model=model, pool=args.pool, serve_pid=args.serve_pid,
+                    config_path=args.config, clients_leaving=args.clients_leaving)
+    results = []
+    for name in names:
+        print(f"fault {name} ...", flush=True)
+        result = asyncio.run(run_fault(
+            Fault.registry[name](), target, rate_rps=args.rate, before_s=args.before_s,
+            settle_s=args.settle_s, recover_timeout_s=args.recover_timeout_s, hang_s=args.hang_s,
+        ))
+        print(f"  {result.action}; {result.answered_after}/{result.sent_after} answered, "
+              f"{result.hung} hung, serving again after {result.seconds_to_serving} s", flush=True)
+        results.append(result)
+    name = args.name or "chaos"
+    meta = {"name": name, "command": command_line(args), "url": args.url, "pool": args.pool,
+            "rate_rps": args.rate, "hang_s": args.hang_s}
+    json_path = write_json(to_json(results, meta), Path(args.out), name)
+    md_path = json_path.with_suffix(".md")
+    md_path.write_text(markdown(results, meta))
+    print(f"results: {shown_path(json_path)}, {shown_path(md_path)}")
+    return 0

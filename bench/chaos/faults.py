@@ -1,0 +1,202 @@
+"""The faults the chaos benchmark injects into a running app, one small class each.
+
+Processes are found by the titles Ray gives them (`ray::ServeReplica:<app>:<deployment>`,
+`ray::ServeController`) and vLLM's engine by its own (`VLLM::EngineCore`), on this machine:
+run the benchmark on the node that hosts the processes (a one-node app: any).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from dataclasses import dataclass
+from typing import ClassVar
+
+import aiohttp
+import psutil
+
+from core import wire
+
+ENGINE_PREFIX = "VLLM::"
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a run is aimed at: the app and its URL, the pool whose parts die, the serving
+    process (for SIGTERM) and the config it runs (for a redeploy)."""
+
+    app: str
+    url: str
+    model: str
+    pool: str
+    serve_pid: int | None = None
+    config_path: str | None = None
+    clients_leaving: int = 1000
+
+
+class Fault:
+    """One fault. `inject` returns what it did, in words for the report."""
+
+    name: ClassVar[str]
+    # The pool is expected to serve again afterwards (not so once the app itself was stopped).
+    pool_comes_back: ClassVar[bool] = True
+    registry: ClassVar[dict[str, type[Fault]]] = {}
+
+    def __init_subclass__(cls, *, name: str, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.name = name
+        Fault.registry[name] = cls
+
+    async def inject(self, target: Target) -> str:
+        raise NotImplementedError
+
+
+class KillEngine(Fault, name="kill-engine"):
+    """SIGKILL of the pool's vLLM engine process (an illegal memory access, the OOM killer)."""
+
+    async def inject(self, target: Target) -> str:
+        replica = _one(replica_processes(target.app, f"pool-{target.pool}"), f"a replica of pool {target.pool}")
+        engines = [p for p in replica.children(recursive=True) if _name(p).startswith(ENGINE_PREFIX)]
+        engine = _one(engines, f"an engine under replica {replica.pid}")
+        engine.send_signal(signal.SIGKILL)
+        return f"SIGKILL to engine {engine.pid} ({_name(engine)}) of replica {replica.pid}"
+
+
+class KillReplica(Fault, name="kill-replica"):
+    """SIGKILL of the pool's replica actor (its process; a node lost, in small)."""
+
+    async def inject(self, target: Target) -> str:
+        replica = _one(replica_processes(target.app, f"pool-{target.pool}"), f"a replica of pool {target.pool}")
+        replica.send_signal(signal.SIGKILL)
+        return f"SIGKILL to replica {replica.pid} of pool {target.pool}"
+
+
+class KillRouter(Fault, name="kill-router"):
+    """SIGKILL of one router replica."""
+
+    async def inject(self, target: Target) -> str:
+        router = _one(replica_processes(target.app, "router"), "a router replica")
+        router.send_signal(signal.SIGKILL)
+        return f"SIGKILL to router replica {router.pid}"
+
+
+class KillController(Fault, name="kill-controller"):
+    """SIGKILL of the Serve controller."""
+
+    async def inject(self, target: Target) -> str:
+        controller = _one([p for p in _ray_processes() if "ServeController" in _title(p)], "the Serve controller")
+        controller.send_signal(signal.SIGKILL)
+        return f"SIGKILL to the Serve controller {controller.pid}"
+
+
+class Terminate(Fault, name="sigterm"):
+    """SIGTERM to `trilemma serve`, as `docker stop`, Kubernetes and systemd send it."""
+
+    pool_comes_back = False
+
+    async def inject(self, target: Target) -> str:
+        if target.serve_pid is None:
+            raise FaultNotPossible("the sigterm fault needs --serve-pid (the `trilemma serve` process)")
+        os.kill(target.serve_pid, signal.SIGTERM)
+        return f"SIGTERM to trilemma serve ({target.serve_pid})"
+
+
+class ClientsLeave(Fault, name="clients-leave"):
+    """Many clients that open a stream and leave after its first chunk."""
+
+    async def inject(self, target: Target) -> str:
+        body = {"model": target.model, "messages": [{"role": "user", "content": "Tell me a story."}],
+                "max_tokens": 64, "stream": True}
+        headers = {wire.POOL_HEADER: target.pool}
+
+        async def leave(session: aiohttp.ClientSession) -> int:
+            async with session.post("v1/chat/completions", json=body, headers=headers) as response:
+                if response.status == 200:
+                    await response.content.readline()  # the first event, then the connection closes
+                return response.status
+
+        connector = aiohttp.TCPConnector(limit=0)
+        async with aiohttp.ClientSession(target.url.rstrip("/") + "/", connector=connector,
+                                         timeout=aiohttp.ClientTimeout(total=300)) as session:
+            statuses = await asyncio.gather(*(leave(session) for _ in range(target.clients_leaving)),
+                                            return_exceptions=True)
+        counts: dict[str, int] = {}
+        for status in statuses:
+            key = str(status) if isinstance(status, int) else type(status).__name__
+            counts[key] = counts.get(key, 0) + 1
+        return f"{target.clients_leaving} clients left mid-stream on pool {target.pool}: {counts}"
+
+
+class Redeploy(Fault, name="redeploy"):
+    """`serve deploy` of the running config with one pool setting changed: every replica of
+    the pool is replaced, the old ones draining."""
+
+    async def inject(self, target: Target) -> str:
+        if target.config_path is None:
+            raise FaultNotPossible("the redeploy fault needs --config (the config the app runs)")
+        return await asyncio.to_thread(_redeploy_changed, target)
+
+
+def _redeploy_changed(target: Target) -> str:
+    import ray
+    from ray import serve
+
+    from core.config import TrilemmaConfig
+    from serve_app.app import build_app
+
+    raw = TrilemmaConfig.from_yaml(target.config_path).model_dump(mode="json")
+    admission = raw["pools"][target.pool]["admission"]
+    admission["max_queued"] += 1  # a bind argument: Serve replaces the pool's replicas
+    ray.init(address="auto", ignore_reinit_error=True, log_to_driver=False)
+    serve.run(build_app(TrilemmaConfig.from_dict(raw)), name=target.app)  # returns once the new replicas serve
+    return f"redeployed {target.app} with pool {target.pool}'s admission.max_queued {admission['max_queued']}"
+
+
+class FaultNotPossible(Exception):
+    """The fault cannot be injected here (its process is not on this machine, or not given)."""
+
+
+def replica_processes(app: str, deployment: str) -> list[psutil.Process]:
+    title = f"ServeReplica:{app}:{deployment}"
+    return [p for p in _ray_processes() if title in _title(p)]
+
+
+def engine_processes() -> list[psutil.Process]:
+    """Every vLLM engine process on this machine, and whether its parent is gone."""
+    return [p for p in psutil.process_iter(["name"]) if _name(p).startswith(ENGINE_PREFIX)]
+
+
+def orphaned_engines() -> list[psutil.Process]:
+    return [p for p in engine_processes() if _ppid(p) == 1]
+
+
+def _ray_processes() -> list[psutil.Process]:
+    return [p for p in psutil.process_iter(["name", "cmdline"]) if "ray::" in _title(p)]
+
+
+def _one(processes: list[psutil.Process], what: str) -> psutil.Process:
+    if not processes:
+        raise FaultNotPossible(f"found no {what} on this machine")
+    return processes[0]
+
+
+def _title(process: psutil.Process) -> str:
+    try:
+        return " ".join(process.info.get("cmdline") or process.cmdline() or ())
+    except (psutil.Error, AttributeError):
+        return ""
+
+
+def _name(process: psutil.Process) -> str:
+    try:
+        return (getattr(process, "info", None) or {}).get("name") or process.name()
+    except psutil.Error:
+        return ""
+
+
+def _ppid(process: psutil.Process) -> int | None:
+    try:
+        return process.ppid()
+    except psutil.Error:
+        return None

@@ -1,0 +1,40 @@
+"""`trilemma serve` with fake engines, for tests of how the serving process stops: deploys the
+test config as its own app on the cluster named by RAY_ADDRESS, prints its URL, and serves
+until SIGTERM or Ctrl-C, through the same code as `trilemma serve`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from core.config import TrilemmaConfig
+from core.model_store import default_cache_dir, prepare_embedded_model
+from serve_app.launcher import deploy, serve_until_stopped
+from tests.fake_engine import FakeEngine
+from tests.support import config_for_tests
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--app", required=True, help="application name")
+    parser.add_argument("--prefix", required=True, help="route prefix, e.g. /drain")
+    parser.add_argument("--tpot-s", type=float, default=0.0, help="the fake engines' time per token")
+    parser.add_argument("--drain-timeout-s", type=float, default=30.0)
+    args = parser.parse_args(argv)
+    raw = config_for_tests().model_dump(mode="json")
+    raw["app_name"] = args.app
+    raw["router"]["drain_timeout_s"] = args.drain_timeout_s
+    for pool in raw["pools"].values():
+        pool.update(resources={"CPU": 0.1}, drain_timeout_s=args.drain_timeout_s,
+                    env={"TRILEMMA_FAKE_TPOT_S": str(args.tpot_s)})
+    config = TrilemmaConfig.from_dict(raw)
+    url = deploy(config, engine_cls=FakeEngine, model_source=str(prepare_embedded_model(default_cache_dir())),
+                 route_prefix=args.prefix)
+    print(f"serving {url}", flush=True)
+    serve_until_stopped(config)
+    print("stopped", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
