@@ -33,7 +33,7 @@ def engine_death_reason(error: BaseException) -> str:
     for candidate in _chain(error):
         if type(candidate).__name__ in _ENGINE_DEAD_ERRORS:
             return "the vLLM engine process stopped"
-    return _one_line(error)
+    return one_line(error)
 
 
 def replica_failure(error: BaseException) -> str | None:
@@ -60,5 +60,7 @@ def _chain(error: BaseException) -> list[BaseException]:
     return seen
 
 
-def _one_line(error: BaseException) -> str:
-    return " ".join(str(error).split())[:300] or type(error).__name__
+def one_line(error: BaseException) -> str:
+    """The user-level message of a (possibly Ray-wrapped) exception, on one short line."""
+    cause = getattr(error, "cause", None) or error.__cause__ or error
+    return " ".join(str(cause).split())[:300] or type(cause).__name__

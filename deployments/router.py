@@ -8,7 +8,7 @@ import functools
 import time
 from typing import Any, AsyncGenerator, Callable
 
-from fastapi import HTTPException, Request
+from fastapi import Request
 from pydantic import ValidationError
 from ray.serve.handle import DeploymentHandle
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -24,21 +24,14 @@ from core.upstream import (
     CompletionRequest,
     ErrorResponse,
     ModelCard,
-    OpenAIHTTPException,
     OpenAiIngress,
-    RawRequestInfo,
-    StreamOptions,
     get_logger,
-    peek_at_generator,
-    router_request_timeout,
-    sanitize_chat_completion_request,
 )
 from deployments.accounting import Accounting
 from deployments.pool import deployment_name
-from deployments.pool_faults import replica_failure
+from deployments.pool_client import PoolClient, PoolFailed
 from deployments.pool_watch import PoolWatch
 from deployments.stream_relay import relay
-from serving.admission_queue import PoolOverloaded
 from serving.cost_profile import CostProfileWatch, apply_cost_profile
 from serving.pool_health import Outage, PoolHealth
 from serving.routing import RouteDecision, RouteRequest, RoutingPolicy
@@ -52,17 +45,6 @@ POOL_ACTIVITY_TIMEOUT_S = 10.0
 # A request whose replica died before its first token is sent again at most this often: once
 # is enough to survive a death, and a request that kills every engine it meets stops there.
 MAX_RETRIES = 1
-
-
-class _PoolFailed(Exception):
-    """The pool lost the replica serving a request before anything reached the client."""
-
-    def __init__(self, pool: str, reason: str) -> None:
-        super().__init__(pool, reason)
-        self.pool, self.reason = pool, reason
-
-    def __str__(self) -> str:
-        return f"pool {self.pool!r} failed: {self.reason}"
 
 
 class TrilemmaRouter(OpenAiIngress):
@@ -89,7 +71,6 @@ class TrilemmaRouter(OpenAiIngress):
         )
         self._model_name = model_card.id
         self._config = config
-        self._pools = {name: handle.options(stream=True) for name, handle in pools.items()}
         self._rates = {name: ReplicaRate(**rate) for name, rate in rates.items()}
         self._policy = RoutingPolicy.from_config(
             config.routing, {name: rate.usd_per_hour for name, rate in self._rates.items()}
@@ -101,6 +82,7 @@ class TrilemmaRouter(OpenAiIngress):
         self._cost_profile = CostProfileWatch(cost_profile_key(config.app_name)) \
             if config.autoscaling.enabled else None
         self._health = PoolHealth(pools)
+        self._pool_client = PoolClient(pools, self._health, config.router.request_timeout_s)
         self._pool_watch = PoolWatch(
             config.app_name, {name: deployment_name(name) for name in pools}, self._health, RayControlBoard()
         )
@@ -151,9 +133,10 @@ class TrilemmaRouter(OpenAiIngress):
 
         Clients diff two readings to get utilization over a window (the benchmark does).
         """
+        names = list(self._config.pools)
         readings = await asyncio.gather(*(
-            handle.broadcast("engine_activity").results_async(timeout_s=POOL_ACTIVITY_TIMEOUT_S)
-            for handle in self._pools.values()
+            self._pool_client.handle(name).broadcast("engine_activity").results_async(timeout_s=POOL_ACTIVITY_TIMEOUT_S)
+            for name in names
         ))
         return {
             "pools": {
@@ -162,7 +145,7 @@ class TrilemmaRouter(OpenAiIngress):
                     "price_usd_per_hour": self._rates[name].usd_per_hour,
                     "replicas": replicas,
                 }
-                for name, replicas in zip(self._pools, readings)
+                for name, replicas in zip(names, readings)
             }
         }
 
@@ -234,7 +217,7 @@ class TrilemmaRouter(OpenAiIngress):
         """Routes the request and forwards it; a pool that loses its replica before the first
         token is marked down and the request routed again (headers say where it went and why)."""
         client_priority = body.priority
-        failures: list[_PoolFailed] = []
+        failures: list[PoolFailed] = []
         while True:
             decision = self._route(
                 scenario_name, scenario, prompt_tokens, max_tokens, request.headers.get(wire.POOL_HEADER)
@@ -251,7 +234,7 @@ class TrilemmaRouter(OpenAiIngress):
                     decision.pool, call_method, body, request, prompt_tokens, max_tokens, scenario_name,
                     scenario, record,
                 )
-            except _PoolFailed as failure:
+            except PoolFailed as failure:
                 self._health.failed(failure.pool, failure.reason)
                 failures.append(failure)
                 if len(failures) > MAX_RETRIES:
@@ -361,7 +344,7 @@ class TrilemmaRouter(OpenAiIngress):
         max_tokens: int, scenario_name: str, scenario: ScenarioConfig, record: Callable[..., None],
     ) -> Response:
         client_wants_usage = bool(body.stream and body.stream_options and body.stream_options.include_usage)
-        first, stream, ttft_ms = await self._open(pool, call_method, body, request, prompt_tokens, scenario.priority)
+        first, stream, ttft_ms = await self._pool_client.open(pool, call_method, body, request, prompt_tokens, scenario.priority)
         first_chunk = first[0] if isinstance(first, list) else first
         if isinstance(first_chunk, ErrorResponse):
             status = int(first_chunk.error.code or 500)
@@ -390,7 +373,7 @@ class TrilemmaRouter(OpenAiIngress):
             )
             # The client's own priority is not known here any more; 0 is every engine's default.
             following.priority = self._engine_priority(decision.pool, scenario, 0)
-            _, rest, _ = await self._open(
+            _, rest, _ = await self._pool_client.open(
                 decision.pool, call_method, following, request, prompt_tokens + sent, scenario.priority
             )
             return decision.pool, rest
@@ -401,46 +384,6 @@ class TrilemmaRouter(OpenAiIngress):
             media_type="text/event-stream",
             headers={wire.TTFT_HEADER: f"{ttft_ms:.1f}"},
         )
-
-    async def _open(
-        self, pool: str, call_method: str, body: Any, request: Request, prompt_tokens: int, priority: int,
-    ) -> tuple[Any, AsyncGenerator, float]:
-        """Sends the request to the pool: its first item, the stream (from that item on) and
-        the time to it, in ms. A replica that is gone raises _PoolFailed: safe to send elsewhere."""
-        if isinstance(body, ChatCompletionRequest):
-            body = sanitize_chat_completion_request(body)
-        if body.stream:
-            # The engine's last chunk carries usage and cost only when asked; we always ask, and
-            # pass that chunk on only to clients that asked too. On a copy: a request sent again
-            # must still say what its client asked for.
-            options = body.stream_options.model_copy(update={"include_usage": True}) \
-                if body.stream_options else StreamOptions(include_usage=True)
-            body = body.model_copy(update={"stream_options": options})
-        raw_request = RawRequestInfo.from_starlette_request(request)
-        raw_request.headers[wire.PROMPT_TOKENS_HEADER] = str(prompt_tokens)
-        raw_request.headers[wire.PRIORITY_HEADER] = str(priority)  # the pool's queue orders by it
-        handle = getattr(self._pools[pool], call_method)
-        started = time.perf_counter()
-        async with router_request_timeout(self._config.router.request_timeout_s):
-            try:
-                first, stream = await peek_at_generator(handle.remote(body, raw_request))
-            except (ApiError, HTTPException, OpenAIHTTPException):
-                raise
-            except StopAsyncIteration:
-                raise ApiError(502, "llm request failed: the engine returned nothing") from None
-            except Exception as error:  # the engine or its replica failed: not the client's fault
-                overloaded = _overload_of(error)
-                if overloaded is not None:
-                    raise ApiError(
-                        429, overloaded.message, code="pool_overloaded",
-                        headers={"Retry-After": str(overloaded.retry_after_s)},
-                    ) from None
-                gone = replica_failure(error)
-                if gone is not None:  # nothing reached the client yet: safe to send elsewhere
-                    raise _PoolFailed(pool, gone) from None
-                logger.warning("pool %s failed a request: %r", pool, error)
-                raise ApiError(502, f"llm request failed: {_reason(error)}", code="llm_request_failed") from None
-        return first, stream, (time.perf_counter() - started) * 1000
 
     def _engine_priority(self, pool: str, scenario: ScenarioConfig, client_priority: int) -> int:
         """Only an engine that schedules by priority accepts one: the scenario's there."""
@@ -456,18 +399,3 @@ def _unavailable(outages: list[Outage], why_no_other: str) -> ApiError:
         code="pool_unavailable",
         headers={"Retry-After": str(min(outage.retry_after_s for outage in outages))},
     )
-
-
-def _overload_of(error: BaseException) -> PoolOverloaded | None:
-    """The pool's refusal inside a (possibly Ray-wrapped) exception. Ray's wrapper is an
-    instance of the original class too, but with Ray's traceback as its text: prefer its cause."""
-    for candidate in (getattr(error, "cause", None), error.__cause__, error):
-        if isinstance(candidate, PoolOverloaded):
-            return candidate
-    return None
-
-
-def _reason(error: BaseException) -> str:
-    """The user-level message of a (possibly Ray-wrapped) exception, on one short line."""
-    cause = getattr(error, "cause", None) or error.__cause__ or error
-    return " ".join(str(cause).split())[:300] or type(cause).__name__

@@ -16,7 +16,7 @@ from typing import Any, AsyncGenerator, Awaitable, Callable
 
 from core.errors import error_body
 from core.upstream import ChatCompletionRequest, get_logger, openai_json_lines
-from deployments.pool_faults import replica_failure
+from deployments.pool_faults import one_line, replica_failure
 from serving.request_metering import KEEP_EVENT, final_usage, map_events
 
 logger = get_logger(__name__)
@@ -125,7 +125,7 @@ async def relay(
             logger.warning("pool %s failed mid-stream: %r", pool, error)
             gone = replica_failure(error)
             if gone is None:
-                yield _error_event(f"llm request failed: {_one_line(error)}")
+                yield _error_event(f"llm request failed: {one_line(error)}")
                 return
             lost = f"llm request failed: pool {pool!r} failed mid-stream after {transcript.tokens} tokens: {gone}"
             following = continuation(body, transcript, max_tokens) if resume and not resumed else None
@@ -137,7 +137,7 @@ async def relay(
             try:
                 to_pool, stream = await resume(following, gone)
             except Exception as resume_error:  # no pool to go on with: the client learns why
-                reason = getattr(resume_error, "message", None) or _one_line(resume_error)
+                reason = getattr(resume_error, "message", None) or one_line(resume_error)
                 yield _error_event(f"{lost}; it could not be resumed: {reason}")
                 return
             logger.warning("resumed on pool %s after %d tokens", to_pool, transcript.tokens)
@@ -150,8 +150,3 @@ def _error_event(message: str) -> str:
 
 def _is_greedy(body: Any) -> bool:
     return getattr(body, "temperature", None) == 0
-
-
-def _one_line(error: BaseException) -> str:
-    cause = getattr(error, "cause", None) or error.__cause__ or error
-    return " ".join(str(cause).split())[:300] or type(cause).__name__

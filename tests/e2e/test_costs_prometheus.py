@@ -21,8 +21,11 @@ pytestmark = pytest.mark.e2e
 MODEL = "SmolLM2-135M-Instruct"
 QUESTION = [{"role": "user", "content": "Name   three   colors.\n\n\n\nBe brief."}]
 PROMETHEUS_PORT = 9099
+# A scrape may take this long: after the integration tier, the test cluster's exposition is over
+# 1 MB (every replica ever started keeps its series), and with a 1 s interval (and so a 1 s
+# timeout) every scrape timed out while the engines compiled on 2 busy cores.
 PROMETHEUS_CONFIG = """
-global: {{scrape_interval: 1s}}
+global: {{scrape_interval: 3s, scrape_timeout: 3s}}
 scrape_configs:
   - job_name: trilemma
     static_configs: [{{targets: ["127.0.0.1:{port}"]}}]
@@ -62,7 +65,7 @@ def query(prometheus: str, promql: str) -> float:
 
 
 def wait_for(prometheus: str, promql: str, at_least: float, timeout_s: float = 90) -> float:
-    """Ray exports every few seconds and Prometheus scrapes every second: poll."""
+    """Ray exports every few seconds and Prometheus scrapes every 3 s: poll."""
     deadline = time.monotonic() + timeout_s
     while (value := query(prometheus, promql)) < at_least and time.monotonic() < deadline:
         time.sleep(1)

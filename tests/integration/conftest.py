@@ -1,5 +1,5 @@
-"""The app with fake engines, deployed once for the integration tier; a local AWS-compatible
-server for the tests that talk to AWS."""
+"""The app with fake engines, deployed once for the integration tier; an app of its own for the
+tests that break things; a local AWS-compatible server for the tests that talk to AWS."""
 
 from __future__ import annotations
 
@@ -7,11 +7,16 @@ import httpx
 import pytest
 from ray import serve
 
-from serve_app.launcher import deploy
+from core.config import TrilemmaConfig
+from serve_app.launcher import deploy, deployed
 from tests.fake_engine import FakeEngine
 from tests.support import config_for_tests
 
 MOTO_PORT = 5055
+# The app the fault tests break: its own, so that the shared one never sees a fault.
+FAULTS_APP = "trilemma-faults"
+# Long enough that the outage is seen between a death and the new replica serving.
+FAULTS_START_S = 4.0
 
 
 @pytest.fixture(scope="package")
@@ -20,6 +25,23 @@ def fake_app_url(ray_cluster, embedded_model_dir):
     url = deploy(config, engine_cls=FakeEngine, model_source=str(embedded_model_dir))
     yield url
     serve.delete(config.app_name)
+
+
+@pytest.fixture(scope="module")
+def faults_url(ray_cluster, embedded_model_dir):
+    """An app of fake engines that start in 4 s and stream a token per 0.2 s, a health check
+    every 0.5 s, and a scenario that only the short pool serves."""
+    raw = config_for_tests().model_dump(mode="json")
+    raw["app_name"] = FAULTS_APP
+    raw["scenarios"]["short-only"] = {"priority": 0, "pools": ["short"], "description": "the short pool only"}
+    for name in ("short", "long"):
+        raw["pools"][name].update(
+            resources={"CPU": 0.1}, health_check_period_s=0.5, drain_timeout_s=5,
+            env={"TRILEMMA_FAKE_START_S": str(FAULTS_START_S), "TRILEMMA_FAKE_TPOT_S": "0.2"},
+        )
+    config = TrilemmaConfig.from_dict(raw)
+    with deployed(config, engine_cls=FakeEngine, model_source=str(embedded_model_dir), route_prefix="/faults") as url:
+        yield url
 
 
 @pytest.fixture(scope="package")

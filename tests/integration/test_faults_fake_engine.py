@@ -14,38 +14,16 @@ import httpx
 import pytest
 
 from core import wire
-from serve_app.launcher import deployed
-from tests.fake_engine import FakeEngine
-from tests.support import config_for_tests
 
 pytestmark = pytest.mark.integration
 
-APP = "trilemma-faults"
-PREFIX = "/faults"
 MODEL = "SmolLM2-135M-Instruct"
-# Long enough that the outage is seen between a death and the new replica serving.
-START_S = 4.0
 # A fault may take no longer than this to show in an answer: the router does not wait it out.
 AT_ONCE_S = 2.0
 # Clients that leave after the first chunk; a stream would otherwise take 8 x 0.2 s.
 CLIENTS_LEAVING = 200
 # The replacement: Serve's health check, a stop, a start of START_S, and slack for 2 cores.
 REPLACED_WITHIN_S = 60.0
-
-
-@pytest.fixture(scope="module")
-def faults_url(ray_cluster, embedded_model_dir):
-    raw = config_for_tests().model_dump(mode="json")
-    raw["app_name"] = APP
-    raw["scenarios"]["short-only"] = {"priority": 0, "pools": ["short"], "description": "the short pool only"}
-    for name in ("short", "long"):
-        raw["pools"][name].update(
-            resources={"CPU": 0.1}, health_check_period_s=0.5, drain_timeout_s=5,
-            env={"TRILEMMA_FAKE_START_S": str(START_S), "TRILEMMA_FAKE_TPOT_S": "0.2"},
-        )
-    config = type(config_for_tests()).from_dict(raw)
-    with deployed(config, engine_cls=FakeEngine, model_source=str(embedded_model_dir), route_prefix=PREFIX) as url:
-        yield url
 
 
 def _chat(url: str, content: str, scenario: str = "chat", stream: bool = False, timeout: float = 30) -> httpx.Response:

@@ -80,3 +80,18 @@ def test_an_overdue_pool_asks_for_a_retry_soon_and_an_unmeasured_one_for_the_def
     assert outage.expected_back_in_s is None
     assert outage.retry_after_s == UNKNOWN_START_RETRY_AFTER_S
     assert "no start time measured yet" in outage.describe()
+
+
+def test_the_controllers_replica_states_count_as_running_or_starting():
+    from enum import Enum
+
+    from deployments.pool_watch import count_replicas
+
+    class ReplicaState(str, Enum):  # the shape of Serve's own enum, keys of `replica_states`
+        RUNNING = "RUNNING"
+        STARTING = "STARTING"
+        STOPPING = "STOPPING"
+
+    states = {ReplicaState.RUNNING: 1, ReplicaState.STARTING: 2, ReplicaState.STOPPING: 1}
+    assert count_replicas(states) == (1, 2)
+    assert count_replicas({"RUNNING": 0, "UPDATING": 1, "RECOVERING": 1}) == (0, 2)
