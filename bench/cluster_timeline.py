@@ -146,6 +146,8 @@ def run_timeline(config: TrilemmaConfig, peak: dict[str, int], idle_timeout_min:
     import ray
     from ray import serve
 
+    from serve_app.ray_driver import init_ray
+
     plan = make_plan(peak_config(config, peak))
     workers = planned_worker_types(plan)
     cluster = FakeCluster(fake_worker_types(workers), idle_timeout_minutes=idle_timeout_min)
@@ -156,7 +158,7 @@ def run_timeline(config: TrilemmaConfig, peak: dict[str, int], idle_timeout_min:
     started = time.monotonic()
     try:
         address = cluster.start(extra_env={"PYTHONPATH": str(PROJECT_ROOT)})
-        ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+        init_ray(address=address, logging_level="ERROR", log_to_driver=False)
         # Proxies on the fake nodes would all bind one port of this one machine.
         serve.start(proxy_location="HeadOnly", http_options={"host": "127.0.0.1", "port": free_port()})
         options.update({pool: pool_deployment_options(config, pool) for pool in pools})

@@ -47,13 +47,13 @@ def format_decisions(decisions: dict[str, list[dict]], last: int) -> str:
 
 
 def explain_decisions(args: argparse.Namespace) -> int:
-    import ray
+    from serve_app.ray_driver import init_ray
 
     try:
         config = TrilemmaConfig.from_yaml(args.config)
     except ConfigError as error:
         print(f"error: {error}")
         return 2
-    ray.init(address=args.address, logging_level="ERROR")
+    init_ray(address=args.address, logging_level="ERROR")
     print(format_decisions(read_decisions(config.app_name, sorted(config.pools)), args.last))
     return 0

@@ -15,14 +15,11 @@ from ray import serve
 
 from core.config import TrilemmaConfig
 from serve_app.app import build_app
+from serve_app.ray_driver import RAY_SUBREAPER_ENV, init_ray
 
 logger = logging.getLogger(__name__)
 # Beyond the longest drain: Serve's own stop of the emptied replicas.
 DRAIN_MARGIN_S = 15.0
-# A replica killed outright (SIGKILL, the OOM killer) leaves its vLLM engine process behind,
-# holding its memory and cores. With this set for the raylet, it adopts such orphans and kills
-# them within 10 s (Linux). A cluster started by `ray start` needs it in that environment.
-RAY_SUBREAPER_ENV = "RAY_kill_child_processes_on_worker_exit_with_raylet_subreaper"
 
 
 def ensure_ray(config: TrilemmaConfig) -> None:
@@ -30,10 +27,10 @@ def ensure_ray(config: TrilemmaConfig) -> None:
     if ray.is_initialized():
         return
     if os.environ.get("RAY_ADDRESS"):
-        ray.init()
+        init_ray()
     else:
         os.environ.setdefault(RAY_SUBREAPER_ENV, "true")
-        ray.init(num_cpus=config.local_ray.num_cpus,
+        init_ray(num_cpus=config.local_ray.num_cpus,
                  _metrics_export_port=config.local_ray.metrics_export_port)
 
 

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from core.model_store import default_cache_dir, prepare_embedded_model
-from serve_app.launcher import RAY_SUBREAPER_ENV, reap_orphaned_engines
+from serve_app.launcher import reap_orphaned_engines
+from serve_app.ray_driver import RAY_SUBREAPER_ENV, init_ray
 from tests.support import METRICS_TEST_PORT
 
 
@@ -28,7 +29,7 @@ def ray_cluster():
         # builders query the cluster. The app tiers need the one sized like `local_ray`.
         ray.shutdown()
     os.environ.setdefault(RAY_SUBREAPER_ENV, "true")  # as the app's own Ray has it
-    ray.init(num_cpus=4, include_dashboard=False, _metrics_export_port=METRICS_TEST_PORT)
+    init_ray(num_cpus=4, include_dashboard=False, _metrics_export_port=METRICS_TEST_PORT)
     yield
     serve.shutdown()
     ray.shutdown()

@@ -139,16 +139,16 @@ class Redeploy(Fault, name="redeploy"):
 
 
 def _redeploy_changed(target: Target) -> str:
-    import ray
     from ray import serve
 
     from core.config import TrilemmaConfig
     from serve_app.app import build_app
+    from serve_app.ray_driver import init_ray
 
     raw = TrilemmaConfig.from_yaml(target.config_path).model_dump(mode="json")
     admission = raw["pools"][target.pool]["admission"]
     admission["max_queued"] += 1  # a bind argument: Serve replaces the pool's replicas
-    ray.init(address="auto", ignore_reinit_error=True, log_to_driver=False)
+    init_ray(address="auto", ignore_reinit_error=True, log_to_driver=False)
     serve.run(build_app(TrilemmaConfig.from_dict(raw)), name=target.app)  # returns once the new replicas serve
     return f"redeployed {target.app} with pool {target.pool}'s admission.max_queued {admission['max_queued']}"
 

@@ -10,6 +10,8 @@ import threading
 
 import ray
 
+from serve_app.ray_driver import init_ray
+
 # A job that starts its own Ray on a small machine advertises at least this many CPUs, as the
 # app does (core.config.LocalRayConfig): stages reserve fractions, engines whole CPUs.
 LOCAL_RAY_MIN_CPUS = 4
@@ -22,9 +24,9 @@ def ensure_ray() -> bool:
     if ray.is_initialized():
         return False
     if os.environ.get("RAY_ADDRESS"):
-        ray.init(log_to_driver=False)
+        init_ray(log_to_driver=False)
     else:
-        ray.init(num_cpus=max(LOCAL_RAY_MIN_CPUS, os.cpu_count() or 1), include_dashboard=False,
+        init_ray(num_cpus=max(LOCAL_RAY_MIN_CPUS, os.cpu_count() or 1), include_dashboard=False,
                  log_to_driver=False)
     stop_on_sigterm()  # again: every ray.init() call puts in a handler of its own that exits on the spot
     return not os.environ.get("RAY_ADDRESS")
