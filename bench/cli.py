@@ -8,9 +8,9 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from bench.chaos.cli import add_chaos_command
 from bench.arrivals import LoadShape
 from bench.autoscale.cli import add_commands as add_autoscale_commands
+from bench.chaos.cli import add_chaos_command
 from bench.cli_common import (
     RESULTS_DIR,
     add_api_key_arg,
@@ -27,6 +27,7 @@ from bench.metrics import Slo
 from bench.report import ReportError, write_report, write_sweep
 from bench.result_files import markdown_table, write_json, write_results
 from bench.runner import EndpointError, Workload, resolve_model, run_point, warm_up
+from bench.soak.cli import add_soak_command
 from bench.sweep import Knob, SweepError, parse_values, run_sweep
 from core.config import ConfigError, TrilemmaConfig
 
@@ -113,6 +114,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     isolation.set_defaults(func=bench_isolation)
 
     add_chaos_command(sub)
+    add_soak_command(sub)
     report = sub.add_parser("report", help="result files -> markdown report with PNG plots")
     report.add_argument("results", nargs="+", type=Path, help="JSON files from bench run or sweep")
     report.add_argument("--out", type=Path, default=RESULTS_DIR / "report", help="report folder")

@@ -9,10 +9,8 @@ import shlex
 import sys
 from pathlib import Path
 
-import yaml
-
-from bench.sweep import Knob, SweepError
-from core.config import DEFAULT_CONFIG_PATH, ConfigError, TrilemmaConfig
+from core.config import DEFAULT_CONFIG_PATH, TrilemmaConfig
+from core.config_base import parse_overrides
 
 RESULTS_DIR = Path("bench/results")
 
@@ -25,7 +23,7 @@ def add_api_key_arg(parser: argparse.ArgumentParser) -> None:
 def add_app_args(parser: argparse.ArgumentParser, default_config: Path = DEFAULT_CONFIG_PATH) -> None:
     """For commands that deploy the app themselves: its config, and the key its requests carry."""
     parser.add_argument("--config", type=Path, default=default_config, help="the app's config")
-    parser.add_argument("--set", action="append", default=[], metavar="DOTTED.PATH=VALUE",
+    parser.add_argument("--set", action="append", default=[], metavar="DOTTED.KEY=VALUE",
                         help="override one config key (the value is read as YAML); repeatable, e.g. "
                              "--set model.source=/models/smol --set pools.short.max_num_seqs=64")
     add_api_key_arg(parser)
@@ -33,16 +31,7 @@ def add_app_args(parser: argparse.ArgumentParser, default_config: Path = DEFAULT
 
 def app_config(args: argparse.Namespace) -> TrilemmaConfig:
     """`--config` with every `--set` applied, validated like the file itself."""
-    config = TrilemmaConfig.from_yaml(args.config)
-    for override in args.set:
-        path, separator, value = override.partition("=")
-        if not separator or not path:
-            raise ConfigError(f"--set {override!r}: expected DOTTED.PATH=VALUE")
-        try:
-            config = Knob(path.strip()).apply(config, yaml.safe_load(value))
-        except SweepError as error:
-            raise ConfigError(f"--set {override!r}: {error}") from None
-    return config
+    return TrilemmaConfig.from_yaml(args.config).with_overrides(parse_overrides(args.set), source="--set")
 
 
 def add_output_args(parser: argparse.ArgumentParser, default_name: str) -> None:

@@ -8,11 +8,17 @@ no such clock, and their utilization is reported as unknown rather than guessed.
 
 from __future__ import annotations
 
+import asyncio
+import time
 from typing import Any
 
 import httpx
 
 from core import wire
+
+# Once a load is over, how long the pools get to let go of every request (an abort reaches the
+# engine within a step or two).
+RELEASE_S = 15.0
 
 
 def read_pool_activity(base_url: str) -> dict[str, Any] | None:
@@ -24,6 +30,28 @@ def read_pool_activity(base_url: str) -> dict[str, Any] | None:
     if response.status_code != 200:
         return None
     return response.json()["pools"]
+
+
+def requests_held(pools: dict[str, Any]) -> dict[str, int]:
+    """Per pool: requests its replicas still hold (admitted, waiting, and, for vLLM engines,
+    unfinished in the engine). After the load is over, anything but 0 is a leak."""
+    return {
+        name: sum(replica.get(key) or 0 for replica in pool["replicas"]
+                  for key in ("in_engine", "waiting", "engine_unfinished"))
+        for name, pool in pools.items()
+    }
+
+
+async def held_once_released(base_url: str) -> dict[str, int] | None:
+    """`requests_held` after a load, read until nothing is held or RELEASE_S passed; None when
+    the app no longer answers."""
+    deadline = time.perf_counter() + RELEASE_S
+    while True:
+        pools = await asyncio.to_thread(read_pool_activity, base_url.rstrip("/"))
+        held = requests_held(pools) if pools is not None else None
+        if held is None or not any(held.values()) or time.perf_counter() > deadline:
+            return held
+        await asyncio.sleep(1.0)
 
 
 def utilization(before: dict[str, Any] | None, after: dict[str, Any] | None) -> dict[str, Any] | None:

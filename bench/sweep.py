@@ -19,7 +19,7 @@ from core.config import TrilemmaConfig
 
 
 class SweepError(ValueError):
-    """The sweep cannot be set up as asked (unknown knob, bad value)."""
+    """The sweep cannot be set up as asked (no values, not one load)."""
 
 
 @dataclass(frozen=True)
@@ -29,22 +29,8 @@ class Knob:
     path: str
 
     def apply(self, config: TrilemmaConfig, value: Any) -> TrilemmaConfig:
-        """A copy of `config` with the knob set; the result is validated like any config, so a
-        key the config does not have is refused by name (free-form maps such as
-        `engine_kwargs` take new keys)."""
-        data = config.model_dump(mode="json")
-        *parents, leaf = self.path.split(".")
-        node = data
-        walked = []
-        for key in parents:
-            walked.append(key)
-            if not isinstance(node, dict) or key not in node:
-                raise SweepError(f"knob {self.path!r}: the config has no {'.'.join(walked)!r}")
-            node = node[key]
-        if not isinstance(node, dict):
-            raise SweepError(f"knob {self.path!r}: {'.'.join(parents)!r} is a value, not a section")
-        node[leaf] = value
-        return TrilemmaConfig.from_dict(data, source=f"{self.path}={value!r}")
+        """A copy of `config` with the knob set (`StrictModel.with_overrides`)."""
+        return config.with_overrides({self.path: value}, source=f"{self.path}={value!r}")
 
 
 def parse_values(text: str) -> list[Any]:

@@ -19,8 +19,10 @@ HEADER = """# Configuration reference
 One YAML file (`serve_app/configs/local-cpu.yaml` is the default; `gpu.yaml`, `gpu-h200.yaml`,
 `gpu-cluster.yaml` and `autoscale-cpu.yaml` are the other shipped ones). Every section rejects
 unknown keys, and a bad value fails at load time with its key named; `trilemma check-config
-FILE` validates a file and prints it with every default filled in. `<name>` stands for a key
-the file chooses (a pool's or a scenario's name).
+FILE` validates a file and prints it with every default filled in. `trilemma serve --set
+DOTTED.KEY=VALUE` (repeatable; the value read as YAML) overrides one key of the file, e.g.
+`--set router.replicas=2`, validated the same way. `<name>` stands for a key the file chooses
+(a pool's or a scenario's name).
 
 This page is generated from the config models (`core/config.py`, `core/pool_config.py`,
 `core/autoscaling_config.py`): `trilemma config-reference --out docs/configuration.md`.

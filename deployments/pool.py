@@ -248,7 +248,15 @@ class PoolServer(LLMServer):
             "max_in_engine": self._admission.max_in_engine,
             "in_engine": self._admission.in_engine,
             "waiting": self._admission.waiting,
+            "engine_unfinished": self._engine_unfinished(),
         }
+
+    def _engine_unfinished(self) -> int | None:
+        """Requests vLLM's front end still tracks (None for an engine that is not vLLM's): a
+        request our side ended but the engine never aborted stays here, holding a batch slot."""
+        client = getattr(self.engine, "_engine_client", None)
+        count = getattr(client, "get_num_unfinished_requests", None)
+        return count() if callable(count) else None
 
     async def _warm_up(self) -> None:
         started = time.monotonic()

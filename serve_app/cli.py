@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Callable
 
 from core.config import DEFAULT_CONFIG_PATH, ConfigError, TrilemmaConfig
+from core.config_base import parse_overrides
 from core.model_store import resolve_model_source
 from serve_app.autoscale_cli import add_commands as add_autoscale_commands
 from serve_app.cluster_cli import add_commands as add_cluster_commands
@@ -29,6 +30,9 @@ def main(argv: list[str] | None = None, plugins: list[Callable] | None = None) -
     serve_cmd = commands.add_parser("serve", help="prepare the model and serve the app")
     serve_cmd.add_argument("--config", default=str(DEFAULT_CONFIG_PATH), help="YAML config")
     serve_cmd.add_argument("--port", type=int, help="override http.port")
+    serve_cmd.add_argument("--set", action="append", default=[], metavar="DOTTED.KEY=VALUE",
+                           help="override one config key (the value is read as YAML); repeatable, "
+                                "e.g. --set router.replicas=2")
     serve_cmd.set_defaults(func=_serve)
     prepare = commands.add_parser("prepare-model", help="fetch and convert the configured model")
     prepare.add_argument("--config", default=str(DEFAULT_CONFIG_PATH), help="YAML config")
@@ -119,7 +123,7 @@ def _prepare_model(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace) -> int:
     from serve_app.launcher import deploy, serve_until_stopped
 
-    config = TrilemmaConfig.from_yaml(args.config)
+    config = TrilemmaConfig.from_yaml(args.config).with_overrides(parse_overrides(args.set), source="--set")
     if args.port:
         config = config.model_copy(update={"http": config.http.model_copy(update={"port": args.port})})
     started = time.monotonic()

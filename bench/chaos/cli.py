@@ -12,7 +12,8 @@ from bench.chaos.faults import Fault, Target
 from bench.chaos.run import markdown, run_fault, to_json
 from bench.cli_common import add_output_args, command_line, fail, shown_path
 from bench.result_files import write_json
-from core.config import TrilemmaConfig
+from core.config import ConfigError, TrilemmaConfig
+from core.config_base import parse_overrides
 
 DEFAULT_FAULTS = "kill-engine,kill-replica,kill-router,kill-controller,clients-leave"
 
@@ -21,7 +22,9 @@ def add_chaos_command(sub: argparse._SubParsersAction) -> None:
     chaos = sub.add_parser("chaos", help="faults injected into a running app under steady load: "
                                          "failed, hung, time to serving again, processes left")
     chaos.add_argument("--url", default="http://127.0.0.1:8000", help="the running app (without /v1)")
-    chaos.add_argument("--config", help="the config the app runs (its app name; needed by redeploy)")
+    chaos.add_argument("--config", help="the config the app runs (its app name; needed by redeploy and scale-down)")
+    chaos.add_argument("--set", action="append", default=[], metavar="DOTTED.KEY=VALUE",
+                       help="an override the app runs with (as given to `trilemma serve --set`); repeatable")
     chaos.add_argument("--pool", default="short", help="the pool whose parts die")
     chaos.add_argument("--faults", default=DEFAULT_FAULTS,
                        help=f"comma-separated, in order, from: {', '.join(Fault.registry)}")
@@ -41,13 +44,19 @@ def bench_chaos(args: argparse.Namespace) -> int:
     unknown = sorted(set(names) - set(Fault.registry))
     if unknown:
         return fail(ValueError(f"unknown faults {unknown}; known: {sorted(Fault.registry)}"))
-    app = TrilemmaConfig.from_yaml(args.config).app_name if args.config else "trilemma"
+    config = None
+    if args.config:
+        try:
+            config = TrilemmaConfig.from_yaml(args.config).with_overrides(parse_overrides(args.set), source="--set")
+        except ConfigError as error:
+            return fail(error)
+    app = config.app_name if config else "trilemma"
     try:
         model = httpx.get(f"{args.url.rstrip('/')}/v1/models", timeout=30).json()["data"][0]["id"]
     except (httpx.HTTPError, KeyError, IndexError, ValueError) as error:
         return fail(ValueError(f"no app answers /v1/models at {args.url}: {error}"))
     target = Target(app=app, url=args.url, model=model, pool=args.pool, serve_pid=args.serve_pid,
-                    config_path=args.config, clients_leaving=args.clients_leaving)
+                    config=config, clients_leaving=args.clients_leaving)
     results = []
     for name in names:
         print(f"fault {name} ...", flush=True)

@@ -1,8 +1,7 @@
 """The faults the chaos benchmark injects into a running app, one small class each.
 
-Processes are found by the titles Ray gives them (`ray::ServeReplica:<app>:<deployment>`,
-`ray::ServeController`) and vLLM's engine by its own (`VLLM::EngineCore`), on this machine:
-run the benchmark on the node that hosts the processes (a one-node app: any).
+Processes are found on this machine (bench/app_processes.py): run the benchmark on the node
+that hosts them (a one-node app: any).
 """
 
 from __future__ import annotations
@@ -11,27 +10,27 @@ import asyncio
 import os
 import signal
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Callable, ClassVar
 
 import aiohttp
 import psutil
 
+from bench.app_processes import ENGINE_PREFIX, name_of, ray_processes, replica_processes, title_of
 from core import wire
-
-ENGINE_PREFIX = "VLLM::"
+from core.config import TrilemmaConfig
 
 
 @dataclass(frozen=True)
 class Target:
     """What a run is aimed at: the app and its URL, the pool whose parts die, the serving
-    process (for SIGTERM) and the config it runs (for a redeploy)."""
+    process (for SIGTERM) and the config it runs (for a redeploy or a scale-down)."""
 
     app: str
     url: str
     model: str
     pool: str
     serve_pid: int | None = None
-    config_path: str | None = None
+    config: TrilemmaConfig | None = None
     clients_leaving: int = 1000
 
 
@@ -57,10 +56,10 @@ class KillEngine(Fault, name="kill-engine"):
 
     async def inject(self, target: Target) -> str:
         replica = _one(replica_processes(target.app, f"pool-{target.pool}"), f"a replica of pool {target.pool}")
-        engines = [p for p in replica.children(recursive=True) if _name(p).startswith(ENGINE_PREFIX)]
+        engines = [p for p in replica.children(recursive=True) if name_of(p).startswith(ENGINE_PREFIX)]
         engine = _one(engines, f"an engine under replica {replica.pid}")
         engine.send_signal(signal.SIGKILL)
-        return f"SIGKILL to engine {engine.pid} ({_name(engine)}) of replica {replica.pid}"
+        return f"SIGKILL to engine {engine.pid} ({name_of(engine)}) of replica {replica.pid}"
 
 
 class KillReplica(Fault, name="kill-replica"):
@@ -85,7 +84,7 @@ class KillController(Fault, name="kill-controller"):
     """SIGKILL of the Serve controller."""
 
     async def inject(self, target: Target) -> str:
-        controller = _one([p for p in _ray_processes() if "ServeController" in _title(p)], "the Serve controller")
+        controller = _one([p for p in ray_processes() if "ServeController" in title_of(p)], "the Serve controller")
         controller.send_signal(signal.SIGKILL)
         return f"SIGKILL to the Serve controller {controller.pid}"
 
@@ -133,70 +132,57 @@ class Redeploy(Fault, name="redeploy"):
     the pool is replaced, the old ones draining."""
 
     async def inject(self, target: Target) -> str:
-        if target.config_path is None:
-            raise FaultNotPossible("the redeploy fault needs --config (the config the app runs)")
-        return await asyncio.to_thread(_redeploy_changed, target)
+        def change(pool: dict) -> str:
+            pool["admission"]["max_queued"] += 1  # a bind argument: Serve replaces the pool's replicas
+            return f"admission.max_queued {pool['admission']['max_queued']}"
+
+        return await asyncio.to_thread(_deploy_changed, target, change, "redeploy")
 
 
-def _redeploy_changed(target: Target) -> str:
+class ScaleDown(Fault, name="scale-down"):
+    """One replica fewer while the pool streams, as the autoscaler removes an idle one: the
+    pool is first given a second replica (not counted as the fault), then goes back to one."""
+
+    async def inject(self, target: Target) -> str:
+        replicas: list[int] = []
+
+        def add(pool: dict) -> str:
+            replicas.append(pool["replicas"])
+            pool["replicas"] += 1
+            return f"replicas {pool['replicas']}"
+
+        added = await asyncio.to_thread(_deploy_changed, target, add, "scale-down")
+        await asyncio.sleep(SCALE_DOWN_AFTER_S)  # both replicas take requests
+        removed = await asyncio.to_thread(_deploy_changed, target, lambda pool: f"replicas {replicas[0]}", "scale-down")
+        return f"{added}, then {removed} while it streamed"
+
+
+# After the second replica serves, how long both take requests before one is removed.
+SCALE_DOWN_AFTER_S = 10.0
+
+
+def _deploy_changed(target: Target, change: Callable[[dict], str], fault: str) -> str:
+    """Deploys the config the app runs with `change` applied to the target pool's section;
+    returns once the new replicas serve (the old ones may still drain)."""
     from ray import serve
 
-    from core.config import TrilemmaConfig
     from serve_app.app import build_app
     from serve_app.ray_driver import init_ray
 
-    raw = TrilemmaConfig.from_yaml(target.config_path).model_dump(mode="json")
-    admission = raw["pools"][target.pool]["admission"]
-    admission["max_queued"] += 1  # a bind argument: Serve replaces the pool's replicas
+    if target.config is None:
+        raise FaultNotPossible(f"the {fault} fault needs --config (the config the app runs, with its --set)")
+    raw = target.config.model_dump(mode="json")
+    changed = change(raw["pools"][target.pool])
     init_ray(address="auto", ignore_reinit_error=True, log_to_driver=False)
-    serve.run(build_app(TrilemmaConfig.from_dict(raw)), name=target.app)  # returns once the new replicas serve
-    return f"redeployed {target.app} with pool {target.pool}'s admission.max_queued {admission['max_queued']}"
+    serve.run(build_app(TrilemmaConfig.from_dict(raw)), name=target.app)
+    return f"deployed {target.app} with pool {target.pool}'s {changed}"
 
 
 class FaultNotPossible(Exception):
     """The fault cannot be injected here (its process is not on this machine, or not given)."""
 
 
-def replica_processes(app: str, deployment: str) -> list[psutil.Process]:
-    title = f"ServeReplica:{app}:{deployment}"
-    return [p for p in _ray_processes() if title in _title(p)]
-
-
-def engine_processes() -> list[psutil.Process]:
-    """Every vLLM engine process on this machine, and whether its parent is gone."""
-    return [p for p in psutil.process_iter(["name"]) if _name(p).startswith(ENGINE_PREFIX)]
-
-
-def orphaned_engines() -> list[psutil.Process]:
-    return [p for p in engine_processes() if _ppid(p) == 1]
-
-
-def _ray_processes() -> list[psutil.Process]:
-    return [p for p in psutil.process_iter(["name", "cmdline"]) if "ray::" in _title(p)]
-
-
 def _one(processes: list[psutil.Process], what: str) -> psutil.Process:
     if not processes:
         raise FaultNotPossible(f"found no {what} on this machine")
     return processes[0]
-
-
-def _title(process: psutil.Process) -> str:
-    try:
-        return " ".join(process.info.get("cmdline") or process.cmdline() or ())
-    except (psutil.Error, AttributeError):
-        return ""
-
-
-def _name(process: psutil.Process) -> str:
-    try:
-        return (getattr(process, "info", None) or {}).get("name") or process.name()
-    except psutil.Error:
-        return ""
-
-
-def _ppid(process: psutil.Process) -> int | None:
-    try:
-        return process.ppid()
-    except psutil.Error:
-        return None

@@ -1,8 +1,9 @@
 """Runs faults under steady chat load on a running app and counts what clients saw.
 
 Per fault: requests sent after it, answered, failed (and with what), hung (no answer within
-the hang limit), seconds from the fault until the pool serves again, and the vLLM engine
-processes before and after (orphans: engines whose replica is gone).
+the hang limit), seconds from the fault until the pool serves again, the vLLM engine
+processes before and after (orphans: engines whose replica is gone), and the requests the
+pools still hold once the load is over (leaked slots).
 """
 
 from __future__ import annotations
@@ -14,10 +15,12 @@ from typing import Any
 
 import aiohttp
 
-from bench.chaos.faults import Fault, FaultNotPossible, Target, engine_processes, orphaned_engines
+from bench.app_processes import engine_processes, orphaned_engines
+from bench.chaos.faults import Fault, FaultNotPossible, Target
 from bench.datasets import Prompt
 from bench.load_generator import send_one
 from bench.metrics import RequestRecord, percentile
+from bench.pool_activity import held_once_released
 from bench.result_files import fmt
 from core import wire
 
@@ -40,6 +43,8 @@ class FaultResult:
     engines_before: int = 0
     engines_after: int = 0
     orphaned_engines_after: int = 0
+    # Per pool: requests still held once the load is over (None: the app no longer answers).
+    held_after: dict[str, int] | None = None
     error_samples: list[str] = field(default_factory=list)
 
 
@@ -111,7 +116,10 @@ async def run_fault(
                 await asyncio.sleep(PROBE_INTERVAL_S)
         await asyncio.sleep(settle_s)
         records = await load.finish()
-    return summarize(fault.name, action, records, fault_at, back_s, hang_s, engines_before)
+    result = summarize(fault.name, action, records, fault_at, back_s, hang_s, engines_before)
+    result.held_after = await held_once_released(target.url)
+    return result
+
 
 
 def summarize(
@@ -146,15 +154,16 @@ def markdown(results: list[FaultResult], meta: dict[str, Any]) -> str:
         f"Steady chat load at {meta['rate_rps']} req/s on {meta['url']} (pool under fault: "
         f"{meta['pool']}); a request with no answer within {meta['hang_s']:.0f} s counts as hung.\n",
         "| fault | sent after | answered | failed | hung | s to serving | E2E p50 before / p99 after (s) "
-        "| engines before/after | orphans |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| engines before/after | orphans | held after |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in results:
         failed = ", ".join(f"{count} {kind}" for kind, count in r.failed_after.items()) or "0"
+        held = "app gone" if r.held_after is None else sum(r.held_after.values())
         lines.append(
             f"| {r.fault} | {r.sent_after} | {r.answered_after} | {failed} | {r.hung} "
             f"| {fmt(r.seconds_to_serving, 0)} | {fmt(r.e2e_p50_s_before)} / {fmt(r.e2e_p99_s_after)} "
-            f"| {r.engines_before}/{r.engines_after} | {r.orphaned_engines_after} |"
+            f"| {r.engines_before}/{r.engines_after} | {r.orphaned_engines_after} | {held} |"
         )
     lines.append("\nWhat each fault did:\n")
     lines += [f"- **{r.fault}**: {r.action}" for r in results]

@@ -12,9 +12,7 @@ import logging
 import sys
 from typing import Any
 
-import yaml
-
-from core.config_base import ConfigError
+from core.config_base import ConfigError, parse_overrides
 from jobs.summarize.config import SummarizeConfig
 from jobs.summarize.inputs import InputError
 from jobs.summarize.outputs import OutputFormatError
@@ -66,11 +64,7 @@ def load_config(args: argparse.Namespace) -> SummarizeConfig:
     config = SummarizeConfig.from_yaml(args.config) if args.config else SummarizeConfig()
     overrides: dict[str, Any] = {key: getattr(args, flag) for flag, key in FLAG_KEYS.items()
                                  if getattr(args, flag) is not None}
-    for item in args.set:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise ConfigError(f"--set {item!r}: expected KEY=VALUE")
-        overrides[key.strip()] = yaml.safe_load(value)  # numbers, booleans and null as YAML reads them
+    overrides.update(parse_overrides(args.set))
     if args.no_progress:
         overrides["progress"] = False
     return config.with_overrides(overrides) if overrides else config

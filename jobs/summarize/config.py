@@ -203,16 +203,3 @@ class SummarizeConfig(StrictModel):
     @classmethod
     def from_yaml(cls, path: str | Path) -> SummarizeConfig:
         return cls.validated(read_yaml(Path(path)), str(path))
-
-    def with_overrides(self, overrides: dict[str, Any], source: str = "command line") -> SummarizeConfig:
-        """This config with dotted keys replaced (`prompt.max_tokens` -> 64), validated again."""
-        raw = self.model_dump()
-        for dotted, value in overrides.items():
-            section = raw
-            *parents, leaf = dotted.split(".")
-            for part in parents:
-                if not isinstance(section.get(part), dict):
-                    raise ConfigError(f"{source}: {dotted}: no such config section {part!r}")
-                section = section[part]
-            section[leaf] = value
-        return type(self).validated(raw, source)

@@ -27,20 +27,26 @@ def fake_app_url(ray_cluster, embedded_model_dir):
     serve.delete(config.app_name)
 
 
-@pytest.fixture(scope="module")
-def faults_url(ray_cluster, embedded_model_dir):
-    """An app of fake engines that start in 4 s and stream a token per 0.2 s, a health check
-    every 0.5 s, and a scenario that only the short pool serves."""
+def faults_config(*, routers: int = 1) -> TrilemmaConfig:
+    """Fake engines that start in 4 s and stream a token per 0.2 s, a health check every 0.5 s,
+    and a scenario that only the short pool serves."""
     raw = config_for_tests().model_dump(mode="json")
     raw["app_name"] = FAULTS_APP
+    raw["router"]["replicas"] = routers
     raw["scenarios"]["short-only"] = {"priority": 0, "pools": ["short"], "description": "the short pool only"}
     for name in ("short", "long"):
         raw["pools"][name].update(
             resources={"CPU": 0.1}, health_check_period_s=0.5, drain_timeout_s=5,
             env={"TRILEMMA_FAKE_START_S": str(FAULTS_START_S), "TRILEMMA_FAKE_TPOT_S": "0.2"},
         )
-    config = TrilemmaConfig.from_dict(raw)
-    with deployed(config, engine_cls=FakeEngine, model_source=str(embedded_model_dir), route_prefix="/faults") as url:
+    return TrilemmaConfig.from_dict(raw)
+
+
+@pytest.fixture(scope="module")
+def faults_url(ray_cluster, embedded_model_dir):
+    """The app the fault tests break (`faults_config`)."""
+    with deployed(faults_config(), engine_cls=FakeEngine, model_source=str(embedded_model_dir),
+                  route_prefix="/faults") as url:
         yield url
 
 

@@ -28,10 +28,10 @@ def test_a_knob_sets_one_value_and_leaves_the_rest(config, path, value, read):
 
 
 @pytest.mark.parametrize("path, value, error, message", [
-    ("pools.medium.max_num_seqs", 2, SweepError, "no 'pools.medium'"),
+    ("pools.medium.max_num_seqs", 2, ConfigError, "no 'pools.medium'"),
     ("pools.short.max_num_seq", 2, ConfigError, "max_num_seq"),
     ("pools.short.max_num_seqs", 0, ConfigError, "pools.short.max_num_seqs"),
-    ("app_name.x", 1, SweepError, "is a value"),
+    ("app_name.x", 1, ConfigError, "is a value"),
 ])
 def test_a_bad_knob_or_value_is_refused_by_name(config, path, value, error, message):
     with pytest.raises(error, match=message):

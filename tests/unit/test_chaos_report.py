@@ -31,4 +31,15 @@ def test_requests_after_the_fault_are_counted_by_outcome():
 
 def test_every_fault_of_the_issue_is_registered():
     assert {"kill-engine", "kill-replica", "kill-router", "kill-controller", "clients-leave",
-            "redeploy", "sigterm"} <= set(Fault.registry)
+            "redeploy", "scale-down", "sigterm"} <= set(Fault.registry)
+
+
+def test_held_requests_are_summed_per_pool_whatever_the_engine_reports():
+    from bench.pool_activity import requests_held
+
+    pools = {
+        "short": {"replicas": [{"in_engine": 1, "waiting": 2, "engine_unfinished": 1},
+                               {"in_engine": 0, "waiting": 0, "engine_unfinished": None}]},
+        "long": {"replicas": [{"in_engine": 0, "waiting": 0}]},  # an engine that is not vLLM's
+    }
+    assert requests_held(pools) == {"short": 4, "long": 0}

@@ -113,3 +113,19 @@ def test_a_relative_model_folder_becomes_absolute_and_an_id_passes_through(tmp_p
     monkeypatch.chdir(tmp_path)
     assert resolve_model_source("models/smol") == str(tmp_path / "models" / "smol")
     assert resolve_model_source("HuggingFaceTB/SmolLM2-135M-Instruct") == "HuggingFaceTB/SmolLM2-135M-Instruct"
+
+
+def test_set_arguments_override_dotted_keys_read_as_yaml():
+    from core.config_base import parse_overrides
+
+    overrides = parse_overrides(["router.replicas=2", "pools.short.engine_kwargs.enable_prefix_caching=false",
+                                 " model.source = /models/smol"])
+    assert overrides == {"router.replicas": 2, "pools.short.engine_kwargs.enable_prefix_caching": False,
+                         "model.source": "/models/smol"}
+    config = TrilemmaConfig.from_yaml(CONFIG_DIR / "local-cpu.yaml").with_overrides(
+        {"router.replicas": 2, "pools.short.engine_kwargs.enable_prefix_caching": False})
+    assert config.router.replicas == 2 and config.pools["short"].engine_kwargs["enable_prefix_caching"] is False
+    with pytest.raises(ConfigError, match="expected DOTTED.KEY=VALUE"):
+        parse_overrides(["router.replicas"])
+    with pytest.raises(ConfigError, match="router.replica: Extra inputs"):
+        config.with_overrides({"router.replica": 2})
