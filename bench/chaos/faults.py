@@ -9,13 +9,16 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import time
 from dataclasses import dataclass
 from typing import Callable, ClassVar
 
 import aiohttp
 import psutil
 
-from bench.app_processes import ENGINE_PREFIX, name_of, ray_processes, replica_processes, title_of
+from bench.app_processes import (
+    ENGINE_PREFIX, label_of, name_of, ray_processes, replica_processes, serving_processes, title_of,
+)
 from core import wire
 from core.config import TrilemmaConfig
 
@@ -90,15 +93,28 @@ class KillController(Fault, name="kill-controller"):
 
 
 class Terminate(Fault, name="sigterm"):
-    """SIGTERM to `trilemma serve`, as `docker stop`, Kubernetes and systemd send it."""
+    """SIGTERM to `trilemma serve`, as `docker stop`, Kubernetes and systemd send it. The load
+    stops at the signal: what counts is that every request in flight then is answered, that
+    the process ends, and that nothing of it is left."""
 
     pool_comes_back = False
 
     async def inject(self, target: Target) -> str:
         if target.serve_pid is None:
             raise FaultNotPossible("the sigterm fault needs --serve-pid (the `trilemma serve` process)")
+        sent_at = time.monotonic()
         os.kill(target.serve_pid, signal.SIGTERM)
-        return f"SIGTERM to trilemma serve ({target.serve_pid})"
+        while _running(target.serve_pid) and time.monotonic() - sent_at < EXIT_WAIT_S:
+            await asyncio.sleep(0.5)
+        if _running(target.serve_pid):
+            return f"SIGTERM to trilemma serve ({target.serve_pid}): still running after {EXIT_WAIT_S:.0f} s"
+        left = [f"{label_of(p)} {p.pid}" for p in serving_processes()]
+        return (f"SIGTERM to trilemma serve ({target.serve_pid}): it ended {time.monotonic() - sent_at:.0f} s "
+                f"later; serving processes left: {', '.join(left) or 'none'}")
+
+
+# Beyond the longest drain (`drain_timeout_s`, 120 s) and Ray's shutdown.
+EXIT_WAIT_S = 300.0
 
 
 class ClientsLeave(Fault, name="clients-leave"):
@@ -180,6 +196,14 @@ def _deploy_changed(target: Target, change: Callable[[dict], str], fault: str) -
 
 class FaultNotPossible(Exception):
     """The fault cannot be injected here (its process is not on this machine, or not given)."""
+
+
+def _running(pid: int) -> bool:
+    """Alive, and not a zombie its parent has yet to reap."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def _one(processes: list[psutil.Process], what: str) -> psutil.Process:

@@ -72,6 +72,10 @@ class SteadyLoad:
                 send_one(self._session, CHAT, self._target.model, self.started_at)))
             await asyncio.sleep(self._interval_s)
 
+    def stop_sending(self) -> None:
+        if self._sending is not None:
+            self._sending.cancel()
+
     async def __aexit__(self, *exc: object) -> None:
         if self._sending is not None:
             self._sending.cancel()
@@ -102,6 +106,8 @@ async def run_fault(
     async with SteadyLoad(target, rate_rps, hang_s) as load:
         await asyncio.sleep(before_s)
         fault_at = time.perf_counter() - load.started_at
+        if not fault.pool_comes_back:  # the app is going away: what counts is what it held
+            load.stop_sending()
         try:
             action = await fault.inject(target)
         except FaultNotPossible as error:
