@@ -55,6 +55,7 @@ async def run_soak(url: str, model: str, plan: SoakPlan, serve_pid: int | None =
     stop = asyncio.Event()
     sampler = asyncio.create_task(sample_until(stop))
     leaving = asyncio.create_task(clients_that_leave(url, model, plan.leave_rps, duration_s))
+    # The schedule's send times replace the shape's own arrivals.
     records, wall_s = await run_load(url, prompts, LoadShape(rate_rps=1.0), model=model, arrivals=arrivals,
                                      timeout_s=HANG_S, progress=False, label="soak")
     outcomes = await leaving
