@@ -22,8 +22,10 @@ def ray_processes() -> list[psutil.Process]:
 
 
 def engine_processes() -> list[psutil.Process]:
-    """Every vLLM engine process on this machine."""
-    return [p for p in psutil.process_iter(["name"]) if name_of(p).startswith(ENGINE_PREFIX)]
+    """Every live vLLM engine process on this machine (an ended one its parent has yet to reap
+    holds nothing but its process id)."""
+    return [p for p in psutil.process_iter(["name", "status"])
+            if name_of(p).startswith(ENGINE_PREFIX) and p.info.get("status") != psutil.STATUS_ZOMBIE]
 
 
 def orphaned_engines() -> list[psutil.Process]:

@@ -28,3 +28,27 @@ def test_a_driver_started_under_the_subreaper_learns_its_children_exit_status(ra
     env = {**os.environ, "RAY_ADDRESS": ray.get_runtime_context().gcs_address}
     printed = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
     assert printed.stdout.split()[-1:] == ["3"], printed.stderr[-2000:]
+
+
+ADOPT_AND_REAP = """
+import ctypes, os, time
+from serve_app.ray_driver import reap_adopted
+
+PR_SET_NAME, PR_SET_CHILD_SUBREAPER = 15, 36
+libc = ctypes.CDLL(None)
+libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)  # as Ray makes a driver
+if os.fork() == 0:  # a replica
+    if os.fork() == 0:  # its engine, which outlives it briefly
+        libc.prctl(PR_SET_NAME, b"VLLM::EngineCore", 0, 0, 0)
+        time.sleep(0.5)
+        os._exit(0)
+    os._exit(0)
+os.wait()  # the replica ends; its engine is handed to this process
+time.sleep(1.5)  # and ends too: a zombie of this process
+print(len(reap_adopted()), len(reap_adopted()))
+"""
+
+
+def test_a_driver_reaps_the_engines_it_adopts():
+    printed = subprocess.run([sys.executable, "-c", ADOPT_AND_REAP], capture_output=True, text=True, timeout=60)
+    assert printed.stdout.split() == ["1", "0"], printed.stderr[-2000:]
