@@ -58,9 +58,9 @@ class KillEngine(Fault, name="kill-engine"):
     """SIGKILL of the pool's vLLM engine process (an illegal memory access, the OOM killer)."""
 
     async def inject(self, target: Target) -> str:
-        replica = _one(replica_processes(target.app, f"pool-{target.pool}"), f"a replica of pool {target.pool}")
+        replica = _one(replica_processes(target.app, f"pool-{target.pool}"), f"replica of pool {target.pool}")
         engines = [p for p in replica.children(recursive=True) if name_of(p).startswith(ENGINE_PREFIX)]
-        engine = _one(engines, f"an engine under replica {replica.pid}")
+        engine = _one(engines, f"engine under replica {replica.pid}")
         engine.send_signal(signal.SIGKILL)
         return f"SIGKILL to engine {engine.pid} ({name_of(engine)}) of replica {replica.pid}"
 
@@ -69,7 +69,7 @@ class KillReplica(Fault, name="kill-replica"):
     """SIGKILL of the pool's replica actor (its process; a node lost, in small)."""
 
     async def inject(self, target: Target) -> str:
-        replica = _one(replica_processes(target.app, f"pool-{target.pool}"), f"a replica of pool {target.pool}")
+        replica = _one(replica_processes(target.app, f"pool-{target.pool}"), f"replica of pool {target.pool}")
         replica.send_signal(signal.SIGKILL)
         return f"SIGKILL to replica {replica.pid} of pool {target.pool}"
 
@@ -78,7 +78,7 @@ class KillRouter(Fault, name="kill-router"):
     """SIGKILL of one router replica."""
 
     async def inject(self, target: Target) -> str:
-        router = _one(replica_processes(target.app, "router"), "a router replica")
+        router = _one(replica_processes(target.app, "router"), "router replica")
         router.send_signal(signal.SIGKILL)
         return f"SIGKILL to router replica {router.pid}"
 
@@ -87,7 +87,7 @@ class KillController(Fault, name="kill-controller"):
     """SIGKILL of the Serve controller."""
 
     async def inject(self, target: Target) -> str:
-        controller = _one([p for p in ray_processes() if "ServeController" in title_of(p)], "the Serve controller")
+        controller = _one([p for p in ray_processes() if "ServeController" in title_of(p)], "Serve controller")
         controller.send_signal(signal.SIGKILL)
         return f"SIGKILL to the Serve controller {controller.pid}"
 
