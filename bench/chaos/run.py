@@ -102,6 +102,13 @@ async def run_fault(
     fault: Fault, target: Target, *, rate_rps: float, before_s: float, settle_s: float,
     recover_timeout_s: float, hang_s: float,
 ) -> FaultResult:
+    # Each fault starts from a pool that serves: not an app still starting (`/v1/models` answers
+    # before its engines do), nor the previous fault's replacement.
+    deadline = time.perf_counter() + recover_timeout_s
+    while not await pool_serves(target):
+        if time.perf_counter() > deadline:
+            return FaultResult(fault.name, f"not run: pool {target.pool} did not serve within {recover_timeout_s:.0f} s")
+        await asyncio.sleep(PROBE_INTERVAL_S)
     engines_before = len(engine_processes())
     async with SteadyLoad(target, rate_rps, hang_s) as load:
         await asyncio.sleep(before_s)
