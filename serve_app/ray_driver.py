@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 from typing import Any
 
 import psutil
@@ -64,6 +65,6 @@ def _start_reaper() -> None:
     def reap_forever() -> None:
         while True:
             reap_adopted()
-            threading.Event().wait(REAP_INTERVAL_S)
+            time.sleep(REAP_INTERVAL_S)
 
     threading.Thread(target=reap_forever, name="reap-adopted", daemon=True).start()
