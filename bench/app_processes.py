@@ -1,14 +1,13 @@
 """The processes of an app on this machine, found by the titles Ray gives them
 (`ray::ServeReplica:<app>:<deployment>`, `ray::ServeController`), Ray's own daemons by name,
-and vLLM's engines by theirs (`VLLM::EngineCore`). The chaos benchmark kills them; the soak
-watches their memory."""
+and vLLM's engines by theirs (serving/engine_processes.py). The chaos benchmark kills them;
+the soak watches their memory."""
 
 from __future__ import annotations
 
 import psutil
 
-ENGINE_PREFIX = "VLLM::"
-RAY_DAEMONS = ("raylet", "gcs_server")
+from serving.engine_processes import ENGINE_PREFIX, RAY_DAEMONS
 
 
 def replica_processes(app: str, deployment: str) -> list[psutil.Process]:
@@ -19,18 +18,6 @@ def replica_processes(app: str, deployment: str) -> list[psutil.Process]:
 def ray_processes() -> list[psutil.Process]:
     """Ray's workers and actors (`ray::...`)."""
     return [p for p in psutil.process_iter(["name", "cmdline"]) if "ray::" in title_of(p)]
-
-
-def engine_processes() -> list[psutil.Process]:
-    """Every live vLLM engine process on this machine (an ended one its parent has yet to reap
-    holds nothing but its process id)."""
-    return [p for p in psutil.process_iter(["name", "status"])
-            if name_of(p).startswith(ENGINE_PREFIX) and p.info.get("status") != psutil.STATUS_ZOMBIE]
-
-
-def orphaned_engines() -> list[psutil.Process]:
-    """Engines whose replica is gone: init adopted them."""
-    return [p for p in engine_processes() if parent_pid(p) == 1]
 
 
 def serving_processes() -> list[psutil.Process]:
@@ -59,10 +46,3 @@ def name_of(process: psutil.Process) -> str:
         return (getattr(process, "info", None) or {}).get("name") or process.name()
     except psutil.Error:
         return ""
-
-
-def parent_pid(process: psutil.Process) -> int | None:
-    try:
-        return process.ppid()
-    except psutil.Error:
-        return None

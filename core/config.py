@@ -10,6 +10,7 @@ from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, model_
 
 # The sections below live in modules of their own; they are re-exported here, where every
 # caller looks for the config's parts.
+from core.alerts_config import AlertsConfig
 from core.autoscaling_config import AutoscalingConfig, PoolScalingConfig
 from core.config_base import ConfigError, StrictModel, read_yaml
 from core.pool_config import (
@@ -21,7 +22,7 @@ from core.pool_config import (
 )
 
 __all__ = [
-    "ARRIVAL_HEADROOM", "CONFIG_DIR", "DEFAULT_CONFIG_PATH", "PROJECT_ROOT", "DEFAULT_QUEUE_SHARE", "REPLICA_ROUTERS",
+    "ARRIVAL_HEADROOM", "AlertsConfig", "CONFIG_DIR", "DEFAULT_CONFIG_PATH", "PROJECT_ROOT", "DEFAULT_QUEUE_SHARE", "REPLICA_ROUTERS",
     "AdmissionConfig", "AutoscalingConfig", "ConfigError", "CostConfig", "HttpConfig", "LocalRayConfig",
     "ModelSpec", "PoolConfig", "PoolScalingConfig", "RouterConfig", "RoutingConfig", "ScenarioConfig",
     "StrictModel", "TenantsConfig", "TrilemmaConfig", "resolve_config_path",
@@ -190,6 +191,7 @@ class TrilemmaConfig(StrictModel):
         default_factory=AutoscalingConfig, description="Replicas per pool from latency, utilization and cost."
     )
     tenants: TenantsConfig = Field(default_factory=TenantsConfig, description="API keys and daily budgets.")
+    alerts: AlertsConfig = Field(default_factory=AlertsConfig, description="Thresholds of the Prometheus alert rules.")
     local_ray: LocalRayConfig = Field(default_factory=LocalRayConfig, description="The Ray the app starts when none runs.")
     http: HttpConfig = Field(default_factory=HttpConfig, description="Where Ray Serve's HTTP proxy listens.")
 

@@ -44,6 +44,10 @@ REQUESTS_IN_ENGINE = "trilemma_requests_in_engine"
 REQUESTS_WAITING = "trilemma_requests_waiting"
 SCALING_DECISIONS_TOTAL = "trilemma_scaling_decisions_total"
 TARGET_REPLICAS = "trilemma_target_replicas"
+# The batch job's progress, per run (its output).
+BATCH_DOCUMENTS = "trilemma_batch_documents"
+BATCH_TOKENS_TOTAL = "trilemma_batch_tokens_total"
+BATCH_COST_USD_TOTAL = "trilemma_batch_cost_usd_total"
 
 
 def exported(metric: str) -> str:

@@ -5,8 +5,9 @@ and tells it at the request's end."""
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Iterable
 
+from core.config import ScenarioConfig
 from core.errors import ApiError
 from core.upstream import get_logger
 from deployments.serving_metrics import RequestMetrics
@@ -19,10 +20,12 @@ DEFAULT_TENANT = "default"  # every request, while no API keys are configured
 
 
 class Accounting:
-    def __init__(self, tenants: dict[str, dict[str, Any]], spend_file: str | None) -> None:
+    def __init__(
+        self, tenants: dict[str, dict[str, Any]], spend_file: str | None, scenarios: Iterable[ScenarioConfig] = (),
+    ) -> None:
         self._tenants = TenantDirectory({name: TenantEntry(**entry) for name, entry in tenants.items()})
         self._ledger = ledger_handle(spend_file)
-        self.metrics = RequestMetrics()
+        self.metrics = RequestMetrics.for_scenarios(scenarios)
 
     def authenticate(self, authorization: str | None) -> str:
         """The tenant of an `Authorization: Bearer <key>` header; 401 when keys are configured

@@ -20,9 +20,12 @@ from serving.pool_health import PoolHealth
 logger = logging.getLogger(__name__)
 
 # The controller's replica states (ray.serve._private.common.ReplicaState) by what they mean
-# for the router: serving, or on the way to serving.
-RUNNING_STATES = frozenset({"RUNNING"})
-STARTING_STATES = frozenset({"STARTING", "UPDATING", "RECOVERING"})
+# for the router: serving, or on the way to serving. A restarted controller first lists the
+# replicas it finds alive as RECOVERING; they serve all along (handles keep routing to them), so
+# counting them as starting made every pool look down for a second after a controller restart,
+# and the router answered 503.
+RUNNING_STATES = frozenset({"RUNNING", "RECOVERING"})
+STARTING_STATES = frozenset({"STARTING", "UPDATING"})
 WATCH_INTERVAL_S = 1.0
 
 

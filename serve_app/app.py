@@ -15,6 +15,7 @@ from core.model_store import resolve_model_source
 from core.upstream import to_model_metadata
 from deployments.http_api import router_ingress_class
 from deployments.pool import build_pool_deployment, llm_config_for_pool
+from serve_app.deployment_versions import with_version, without_replica_counts
 from serving.tenants import TenantDirectory
 
 
@@ -33,8 +34,13 @@ def build_app(
         for name, pool in config.pools.items()
     }
     pools = {
-        name: build_pool_deployment(name, config.pools[name], llm_config, rates[name], engine_cls,
-                                    max_in_engine_ceiling=config.max_in_engine_ceiling(name))
+        name: with_version(
+            build_pool_deployment(name, config.pools[name], llm_config, rates[name], engine_cls,
+                                  max_in_engine_ceiling=config.max_in_engine_ceiling(name)),
+            without_replica_counts({"pools": {name: config.pools[name].model_dump(mode="json")}}),
+            config.model.model_dump(mode="json"), source, rates[name].model_dump(mode="json"),
+            config.max_in_engine_ceiling(name), _qualname(engine_cls),
+        )
         for name, llm_config in llm_configs.items()
     }
     model_card = to_model_metadata(config.model.name, next(iter(llm_configs.values())))
@@ -49,13 +55,19 @@ def build_app(
         ray_actor_options={"num_cpus": config.router.num_cpus},
         graceful_shutdown_timeout_s=config.router.drain_timeout_s,
     )
-    return router.bind(
-        pools=pools, model_card=model_card, config=config, tokenizer_source=source,
-        rates={name: rate.model_dump() for name, rate in rates.items()},
-        # Read here, where the keys file and environment are the operator's; only hashes travel.
-        tenants={name: entry.model_dump() for name, entry in TenantDirectory.load(
-            config.tenants.keys_file, config.tenants.keys_env).entries.items()},
+    rates_dump = {name: rate.model_dump() for name, rate in rates.items()}
+    # Read here, where the keys file and environment are the operator's; only hashes travel.
+    tenants = {name: entry.model_dump() for name, entry in TenantDirectory.load(
+        config.tenants.keys_file, config.tenants.keys_env).entries.items()}
+    return with_version(
+        router.bind(pools=pools, model_card=model_card, config=config, tokenizer_source=source,
+                    rates=rates_dump, tenants=tenants),
+        without_replica_counts(config.model_dump(mode="json")), source, rates_dump, tenants,
     )
+
+
+def _qualname(cls: type | None) -> str | None:
+    return None if cls is None else f"{cls.__module__}.{cls.__qualname__}"
 
 
 def app_builder(args: dict[str, Any]) -> Application:

@@ -17,6 +17,7 @@ from core.model_store import resolve_model_source
 from serve_app.autoscale_cli import add_commands as add_autoscale_commands
 from serve_app.cluster_cli import add_commands as add_cluster_commands
 from serve_app.cost_cli import add_commands as add_cost_commands
+from serve_app.observe_cli import add_commands as add_observe_commands
 
 # Commands other parts of the project add without this module importing them (`trilemma
 # bench` is the benchmark's): each entry point is an `add_commands(subparsers)`.
@@ -55,6 +56,7 @@ def main(argv: list[str] | None = None, plugins: list[Callable] | None = None) -
     add_cost_commands(commands)
     add_autoscale_commands(commands)
     add_cluster_commands(commands)
+    add_observe_commands(commands)
     argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
     args.argv = argv  # results record the command that made them

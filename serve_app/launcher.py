@@ -16,6 +16,7 @@ from ray import serve
 from core.config import TrilemmaConfig
 from serve_app.app import build_app
 from serve_app.ray_driver import RAY_SUBREAPER_ENV, init_ray
+from serving.engine_processes import orphaned_engines
 
 logger = logging.getLogger(__name__)
 # Beyond the longest drain: Serve's own stop of the emptied replicas.
@@ -124,16 +125,15 @@ def reap_orphaned_engines() -> list[int]:
 
     vLLM's engine core runs in a process group of its own and does not watch its parent, so
     when Ray kills a replica (Ctrl-C, `ray stop`) the engine lives on, holding its memory and
-    KV cache. Only orphans (re-parented to init) of our own session are touched.
+    KV cache. Only orphans of our own session are touched.
     """
     session = os.getsid(0)
     reaped = []
-    for process in psutil.process_iter(["name", "ppid"]):
+    for engine in orphaned_engines():
         try:
-            orphaned_engine = process.info["ppid"] == 1 and (process.info["name"] or "").startswith("VLLM::")
-            if orphaned_engine and os.getsid(process.pid) == session:
-                process.kill()
-                reaped.append(process.pid)
+            if os.getsid(engine.pid) == session:
+                engine.kill()
+                reaped.append(engine.pid)
         except (psutil.Error, ProcessLookupError):
             continue
     if reaped:

@@ -16,11 +16,11 @@ from typing import Callable, ClassVar
 import aiohttp
 import psutil
 
-from bench.app_processes import (
-    ENGINE_PREFIX, label_of, name_of, ray_processes, replica_processes, serving_processes, title_of,
-)
+from bench.app_processes import label_of, ray_processes, replica_processes, serving_processes, title_of
 from core import wire
 from core.config import TrilemmaConfig
+from core.pool_config import PoolConfig
+from serving.engine_processes import engine_cores_under
 
 
 @dataclass(frozen=True)
@@ -59,10 +59,9 @@ class KillEngine(Fault, name="kill-engine"):
 
     async def inject(self, target: Target) -> str:
         replica = _one(replica_processes(target.app, f"pool-{target.pool}"), f"replica of pool {target.pool}")
-        engines = [p for p in replica.children(recursive=True) if name_of(p).startswith(ENGINE_PREFIX)]
-        engine = _one(engines, f"engine under replica {replica.pid}")
+        engine = _one(engine_cores_under(replica), f"engine under replica {replica.pid}")
         engine.send_signal(signal.SIGKILL)
-        return f"SIGKILL to engine {engine.pid} ({name_of(engine)}) of replica {replica.pid}"
+        return f"SIGKILL to engine {engine.pid} of replica {replica.pid} (pool {target.pool})"
 
 
 class KillReplica(Fault, name="kill-replica"):
@@ -108,13 +107,19 @@ class Terminate(Fault, name="sigterm"):
             await asyncio.sleep(0.5)
         if _running(target.serve_pid):
             return f"SIGTERM to trilemma serve ({target.serve_pid}): still running after {EXIT_WAIT_S:.0f} s"
+        ended_s = time.monotonic() - sent_at
+        # Ray's workers and vLLM's engine workers end on their own once their parent is gone.
+        while serving_processes() and time.monotonic() - sent_at < ended_s + LEFT_WAIT_S:
+            await asyncio.sleep(1.0)
         left = [f"{label_of(p)} {p.pid}" for p in serving_processes()]
-        return (f"SIGTERM to trilemma serve ({target.serve_pid}): it ended {time.monotonic() - sent_at:.0f} s "
-                f"later; serving processes left: {', '.join(left) or 'none'}")
+        return (f"SIGTERM to trilemma serve ({target.serve_pid}): it ended {ended_s:.0f} s later; serving "
+                f"processes left {LEFT_WAIT_S:.0f} s after: {', '.join(left) or 'none'}")
 
 
 # Beyond the longest drain (`drain_timeout_s`, 120 s) and Ray's shutdown.
 EXIT_WAIT_S = 300.0
+# How long the app's processes get to end after `trilemma serve` has.
+LEFT_WAIT_S = 30.0
 
 
 class ClientsLeave(Fault, name="clients-leave"):
@@ -163,6 +168,7 @@ class ScaleDown(Fault, name="scale-down"):
         replicas: list[int] = []
 
         def add(pool: dict) -> str:
+            _check_room(target.config.pools[target.pool])
             replicas.append(pool["replicas"])
             pool["replicas"] += 1
             return f"replicas {pool['replicas']}"
@@ -175,11 +181,26 @@ class ScaleDown(Fault, name="scale-down"):
 
 # After the second replica serves, how long both take requests before one is removed.
 SCALE_DOWN_AFTER_S = 10.0
+# How long changed replicas get to serve (a CPU engine under load took up to 230 s to start).
+DEPLOY_WAIT_S = 600.0
+
+
+def _check_room(pool: PoolConfig) -> None:
+    """A replica more must fit in what Ray has free, or Serve waits for it for ever."""
+    import ray
+
+    free = ray.available_resources()
+    needs = dict(pool.resources) if pool.is_cpu else {"GPU": pool.units}
+    short = {name: amount for name, amount in needs.items() if amount > free.get(name, 0)}
+    if short:
+        raise FaultNotPossible(f"no room for another replica: it needs {needs}, Ray has "
+                               f"{ {name: free.get(name, 0) for name in needs} } free")
 
 
 def _deploy_changed(target: Target, change: Callable[[dict], str], fault: str) -> str:
     """Deploys the config the app runs with `change` applied to the target pool's section;
-    returns once the new replicas serve (the old ones may still drain)."""
+    returns once the new replicas serve (the old ones may still drain). When they do not within
+    DEPLOY_WAIT_S, the running config is deployed back and the fault was not possible."""
     from ray import serve
 
     from serve_app.app import build_app
@@ -187,11 +208,19 @@ def _deploy_changed(target: Target, change: Callable[[dict], str], fault: str) -
 
     if target.config is None:
         raise FaultNotPossible(f"the {fault} fault needs --config (the config the app runs, with its --set)")
+    init_ray(address="auto", ignore_reinit_error=True, log_to_driver=False)
     raw = target.config.model_dump(mode="json")
     changed = change(raw["pools"][target.pool])
-    init_ray(address="auto", ignore_reinit_error=True, log_to_driver=False)
-    serve.run(build_app(TrilemmaConfig.from_dict(raw)), name=target.app)
-    return f"deployed {target.app} with pool {target.pool}'s {changed}"
+    serve._run(build_app(TrilemmaConfig.from_dict(raw)), name=target.app, _blocking=False)
+    deadline = time.monotonic() + DEPLOY_WAIT_S
+    while time.monotonic() < deadline:
+        app = serve.status().applications.get(target.app)
+        if app is not None and app.status == "RUNNING":
+            return f"deployed {target.app} with pool {target.pool}'s {changed}"
+        time.sleep(2.0)
+    serve._run(build_app(target.config), name=target.app, _blocking=False)
+    raise FaultNotPossible(f"pool {target.pool} with {changed} did not serve within {DEPLOY_WAIT_S:.0f} s; "
+                           "the running config was deployed back")
 
 
 class FaultNotPossible(Exception):

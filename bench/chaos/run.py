@@ -15,7 +15,6 @@ from typing import Any
 
 import aiohttp
 
-from bench.app_processes import engine_processes, orphaned_engines
 from bench.chaos.faults import Fault, FaultNotPossible, Target
 from bench.datasets import Prompt
 from bench.load_generator import send_one
@@ -23,6 +22,7 @@ from bench.metrics import RequestRecord, percentile
 from bench.pool_activity import held_once_released
 from bench.result_files import fmt
 from core import wire
+from serving.engine_processes import engine_processes, orphaned_engines
 
 CHAT = Prompt(messages=[{"role": "user", "content": "Name three colours of the rainbow."}],
               max_tokens=24, kind="short", scenario="chat")

@@ -144,10 +144,12 @@ def _summarize(
     config: SummarizeConfig, documents: list[Document], plan: ChunkPlan, model_source: str, stored: StoredResults,
     metadata: dict[str, Any], store: ResultsStore, report: RunReport, api_key: str | None,
 ) -> None:
+    from jobs.summarize.job_metrics import JobMetrics
     from jobs.summarize.ray_session import ensure_ray, release_ray
 
     started_ray = ensure_ray()
     progress = Progress(len(documents), enabled=config.progress)
+    metrics = JobMetrics(config.output.uri or "", len(documents))
     try:
         for row in _results(config, documents, plan, model_source, api_key):
             record = ResultRecord(
@@ -159,6 +161,7 @@ def _summarize(
             report.count(record)
             report.observe_limit(row.get("concurrency_limit"))
             progress.update(record, row.get("concurrency_limit"))
+            metrics.update(record)
     finally:
         progress.close()
         release_ray(started_ray)

@@ -1,15 +1,27 @@
 """The real app (vLLM CPU engine, embedded model), deployed once for the e2e tier, with tenants:
-one ordinary key the tests use, and one tenant whose budget a single request exhausts."""
+one ordinary key the tests use, and one tenant whose budget a single request exhausts; and a
+real Prometheus that scrapes it with the rules `trilemma observe rules` writes for its config."""
 
 from __future__ import annotations
 
+import time
+
+import httpx
 import pytest
 from ray import serve
 
 from core.config import TrilemmaConfig
+from observability.prometheus_setup import PrometheusSetup, write_setup
+from observability.prometheus_setup import start as start_prometheus
 from serve_app.launcher import deploy
 from serving.tenants import add_tenant
-from tests.support import config_for_tests
+from tests.support import METRICS_TEST_PORT, config_for_tests
+
+PROMETHEUS_PORT = 9099
+# A scrape may take this long: after the integration tier, the test cluster's exposition is over
+# 1 MB (every replica ever started keeps its series), and with a 1 s interval (and so a 1 s
+# timeout) every scrape timed out while the engines compiled on 2 busy cores.
+SCRAPE_INTERVAL_S = 3
 
 
 @pytest.fixture(scope="package")
@@ -35,3 +47,26 @@ def base_url(ray_cluster, embedded_model_dir, tenant_keys):
 @pytest.fixture(scope="package")
 def api_key(tenant_keys):
     return tenant_keys[1]["e2e"]
+
+
+@pytest.fixture(scope="package")
+def prometheus_setup(tmp_path_factory) -> PrometheusSetup:
+    return write_setup(config_for_tests(), tmp_path_factory.mktemp("prometheus"),
+                       targets=[f"127.0.0.1:{METRICS_TEST_PORT}"], interval_s=SCRAPE_INTERVAL_S)
+
+
+@pytest.fixture(scope="package")
+def prometheus(prometheus_setup, base_url):
+    """The URL of a Prometheus server (Debian's package: `make prometheus`) scraping the app."""
+    process = start_prometheus(prometheus_setup, PROMETHEUS_PORT, quiet=True)
+    url = f"http://127.0.0.1:{PROMETHEUS_PORT}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/-/ready", timeout=2).status_code == 200:
+                break
+        except httpx.HTTPError:
+            time.sleep(0.5)
+    yield url
+    process.terminate()
+    process.wait(timeout=30)

@@ -3,8 +3,6 @@ scrapes the app and sees the counters move by what the requests did, tenants and
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 import time
 
 import httpx
@@ -20,42 +18,6 @@ pytestmark = pytest.mark.e2e
 
 MODEL = "SmolLM2-135M-Instruct"
 QUESTION = [{"role": "user", "content": "Name   three   colors.\n\n\n\nBe brief."}]
-PROMETHEUS_PORT = 9099
-# A scrape may take this long: after the integration tier, the test cluster's exposition is over
-# 1 MB (every replica ever started keeps its series), and with a 1 s interval (and so a 1 s
-# timeout) every scrape timed out while the engines compiled on 2 busy cores.
-PROMETHEUS_CONFIG = """
-global: {{scrape_interval: 3s, scrape_timeout: 3s}}
-scrape_configs:
-  - job_name: trilemma
-    static_configs: [{{targets: ["127.0.0.1:{port}"]}}]
-    metric_relabel_configs:
-      - {{source_labels: [__name__], regex: "ray_(trilemma_.*)", target_label: __name__, replacement: "$1"}}
-"""
-
-
-@pytest.fixture(scope="module")
-def prometheus(tmp_path_factory, base_url):
-    binary = shutil.which("prometheus")
-    assert binary, "the prometheus server is missing: `make prometheus` installs Debian's package"
-    folder = tmp_path_factory.mktemp("prometheus")
-    (folder / "prometheus.yml").write_text(PROMETHEUS_CONFIG.format(port=METRICS_TEST_PORT))
-    process = subprocess.Popen(
-        [binary, f"--config.file={folder / 'prometheus.yml'}", f"--storage.tsdb.path={folder / 'data'}",
-         f"--web.listen-address=127.0.0.1:{PROMETHEUS_PORT}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{PROMETHEUS_PORT}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/-/ready", timeout=2).status_code == 200:
-                break
-        except httpx.HTTPError:
-            time.sleep(0.5)
-    yield url
-    process.terminate()
-    process.wait(timeout=30)
 
 
 def query(prometheus: str, promql: str) -> float:

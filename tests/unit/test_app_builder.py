@@ -96,3 +96,23 @@ def test_the_dtype_a_replica_chooses_reaches_the_engine(flags, dtype):
     llm.get_engine_config()  # building the app made the engine's copy of its arguments already
     assert choose_engine_dtype(llm, flags).dtype == dtype
     assert llm.get_engine_config().get_initialization_kwargs()["dtype"] == dtype
+
+
+def _versions(config: TrilemmaConfig) -> dict[str, str]:
+    router = build_app(config, model_source="/models/any")._bound_deployment
+    versions = {"router": router.version}
+    versions.update({name: pool._bound_deployment.version for name, pool in router.init_kwargs["pools"].items()})
+    return versions
+
+
+def test_a_redeploy_restarts_only_the_deployments_whose_part_of_the_config_changed():
+    """Serve keeps replicas whose deployment version is unchanged; a random version (Serve's
+    default from Python) restarted every engine on every deploy."""
+    config = TrilemmaConfig.from_yaml(CONFIG_DIR / "local-cpu.yaml")
+    before = _versions(config)
+    assert all(before.values()) and before == _versions(config)
+    scaled = config.with_overrides({"pools.short.replicas": 2, "router.replicas": 3}, source="test")
+    assert _versions(scaled) == before, "a replica count is scaling, not a new version"
+    changed = _versions(config.with_overrides({"pools.long.max_num_seqs": 2}, source="test"))
+    assert changed["short"] == before["short"]
+    assert changed["long"] != before["long"] and changed["router"] != before["router"]

@@ -94,4 +94,6 @@ def test_the_controllers_replica_states_count_as_running_or_starting():
 
     states = {ReplicaState.RUNNING: 1, ReplicaState.STARTING: 2, ReplicaState.STOPPING: 1}
     assert count_replicas(states) == (1, 2)
-    assert count_replicas({"RUNNING": 0, "UPDATING": 1, "RECOVERING": 1}) == (0, 2)
+    assert count_replicas({"RUNNING": 0, "UPDATING": 1, "STARTING": 1}) == (0, 2)
+    # A restarted controller's replicas serve while it recovers them.
+    assert count_replicas({"RECOVERING": 1, "STARTING": 1}) == (1, 1)

@@ -1,0 +1,56 @@
+"""The vLLM engine processes on this node, and which of them lost the process that started them.
+
+A Serve replica (or a `vllm serve`) starts its engine as a child process. vLLM's engine core
+runs in a process group of its own and does not watch its parent, so when the replica dies the
+engine lives on, holding its memory and KV cache, adopted by the nearest subreaper: Ray's
+raylet (its workers' subreaper), the driver that started Ray (one too), or init. An engine whose
+parent is one of those has lost its replica.
+"""
+
+from __future__ import annotations
+
+import psutil
+
+ENGINE_PREFIX = "VLLM::"
+# vLLM's front process of an engine (its workers are `VLLM::Worker`); the kernel keeps 15
+# characters of a process name.
+ENGINE_CORE_NAME = "VLLM::EngineCore"[:15]
+RAY_DAEMONS = ("raylet", "gcs_server")
+
+
+def engine_processes() -> list[psutil.Process]:
+    """Every live vLLM engine process on this node. An ended one its parent has yet to reap
+    holds nothing but its process id, and is left out."""
+    return [p for p in psutil.process_iter(["name", "status"])
+            if (p.info["name"] or "").startswith(ENGINE_PREFIX) and p.info["status"] != psutil.STATUS_ZOMBIE]
+
+
+def engine_cores_under(process: psutil.Process) -> list[psutil.Process]:
+    """The engines a replica started: one core each, which owns the engine's workers."""
+    try:
+        children = process.children(recursive=True)
+    except psutil.Error:
+        return []
+    return [p for p in children if _name(p).startswith(ENGINE_CORE_NAME)]
+
+
+def orphaned_engines() -> list[psutil.Process]:
+    """Engine processes adopted after their replica died (their workers stay under the core)."""
+    return [p for p in engine_processes() if _adopted(p)]
+
+
+def _adopted(engine: psutil.Process) -> bool:
+    try:
+        parent = engine.parent()
+        if parent is None or parent.pid == 1:
+            return True
+        return _name(parent) in RAY_DAEMONS or any(_name(c) in RAY_DAEMONS for c in parent.children())
+    except psutil.Error:
+        return False  # gone meanwhile: it holds nothing
+
+
+def _name(process: psutil.Process) -> str:
+    try:
+        return process.name()
+    except psutil.Error:
+        return ""
