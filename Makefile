@@ -17,7 +17,7 @@ UNUSED_TORCH_PACKAGES := torchvision torchaudio torchcodec
 # Root installs system packages directly; anyone else through sudo.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup lock model serve summarize-sample test test-fast prometheus gpu-bench clean
+.PHONY: setup lock model serve summarize-sample observe test test-fast prometheus gpu-bench clean
 
 setup: $(INSTALLED)
 
@@ -64,6 +64,11 @@ prometheus:
 	@command -v prometheus >/dev/null || { \
 		$(SUDO) apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
+
+# Prometheus against the running app (Ray's metrics endpoints, found as Ray lists them), with
+# the alert rules written from $(CONFIG); then `trilemma top` or Grafana (docs/observability.md).
+observe: setup prometheus
+	$(VENV)/bin/trilemma observe prometheus --config $(CONFIG)
 
 test: setup prometheus
 	$(PY) -m pytest -v -rs --durations=15 --junitxml=build/test-results.xml

@@ -10,6 +10,7 @@ from typing import Callable
 
 from bench.arrivals import LoadShape
 from bench.autoscale.cli import add_commands as add_autoscale_commands
+from bench.board_png import add_board_command
 from bench.chaos.cli import add_chaos_command
 from bench.cli_common import (
     RESULTS_DIR,
@@ -115,6 +116,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
 
     add_chaos_command(sub)
     add_soak_command(sub)
+    add_board_command(sub)
     report = sub.add_parser("report", help="result files -> markdown report with PNG plots")
     report.add_argument("results", nargs="+", type=Path, help="JSON files from bench run or sweep")
     report.add_argument("--out", type=Path, default=RESULTS_DIR / "report", help="report folder")

@@ -44,6 +44,7 @@ REQUESTS_IN_ENGINE = "trilemma_requests_in_engine"
 REQUESTS_WAITING = "trilemma_requests_waiting"
 SCALING_DECISIONS_TOTAL = "trilemma_scaling_decisions_total"
 TARGET_REPLICAS = "trilemma_target_replicas"
+TENANT_DAILY_BUDGET_USD = "trilemma_tenant_daily_budget_usd"
 # The batch job's progress, per run (its output).
 BATCH_DOCUMENTS = "trilemma_batch_documents"
 BATCH_TOKENS_TOTAL = "trilemma_batch_tokens_total"

@@ -26,6 +26,8 @@ class Accounting:
         self._tenants = TenantDirectory({name: TenantEntry(**entry) for name, entry in tenants.items()})
         self._ledger = ledger_handle(spend_file)
         self.metrics = RequestMetrics.for_scenarios(scenarios)
+        self.metrics.daily_budgets({name: entry.daily_budget_usd for name, entry in self._tenants.entries.items()
+                                    if entry.daily_budget_usd is not None})
 
     def authenticate(self, authorization: str | None) -> str:
         """The tenant of an `Authorization: Bearer <key>` header; 401 when keys are configured

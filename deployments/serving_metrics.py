@@ -62,6 +62,15 @@ class RequestMetrics:
             boundaries=with_slos(TPOT_BOUNDARIES_S, tpot_slos_s), tag_keys=("pool", "scenario", "priority"),
         )
 
+        self.daily_budget = Gauge(
+            wire.TENANT_DAILY_BUDGET_USD, "A tenant's daily budget (per UTC day), for the spend panel's line.",
+            tag_keys=("tenant",),
+        )
+
+    def daily_budgets(self, budgets: dict[str, float]) -> None:
+        for tenant, usd in budgets.items():
+            self.daily_budget.set(usd, {"tenant": tenant})
+
     @classmethod
     def for_scenarios(cls, scenarios: Iterable[ScenarioConfig]) -> RequestMetrics:
         scenarios = list(scenarios)

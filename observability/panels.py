@@ -128,9 +128,11 @@ def _cost(names: Names) -> list[Panel]:
             Target(promql.quantile(q / 100, wire.REQUEST_COST_USD, RATE, "scenario", f"{{{SCENARIO}}}"),
                    f"p{q} {{{{scenario}}}}") for q in (50, 99)
         ), "Each request's share of busy engine time, as its answer reports it."),
-        Panel("Cost", "Spend by tenant, last 24 h", "currencyUSD", (
-            Target(f"sum by (tenant) (increase({wire.REQUEST_COST_USD_TOTAL}[24h]))", "{{tenant}}"),
-        ), "What each tenant's requests were charged over the last day (budgets are per UTC day)."),
+        Panel("Cost", "Spend by tenant, last 24 h, against its daily budget", "currencyUSD", (
+            Target(f"sum by (tenant) (increase({wire.REQUEST_COST_USD_TOTAL}[24h]))", "spent {{tenant}}"),
+            Target(f"max by (tenant) ({wire.TENANT_DAILY_BUDGET_USD})", "budget {{tenant}}"),
+        ), "What each tenant's requests were charged over the last 24 h, and its daily budget "
+           "(budgets reset at midnight UTC)."),
     ]
 
 

@@ -74,6 +74,16 @@ def rules_yaml(config: TrilemmaConfig) -> str:
     return header + yaml.safe_dump(rules_for(config), sort_keys=False, width=1000)
 
 
+def prometheus_rule_yaml(config: TrilemmaConfig) -> str:
+    """The same rules as a PrometheusRule object (Prometheus Operator, on Kubernetes)."""
+    rule = {
+        "apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule",
+        "metadata": {"name": f"{config.app_name}-rules", "labels": {"release": "prometheus"}},
+        "spec": rules_for(config),
+    }
+    return yaml.safe_dump(rule, sort_keys=False, width=1000)
+
+
 def start(setup: PrometheusSetup, port: int, *, quiet: bool = False) -> subprocess.Popen:
     """Prometheus on 127.0.0.1:`port`; `quiet` drops its log."""
     output = subprocess.DEVNULL if quiet else None

@@ -25,6 +25,8 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     for command in (rules, board):
         command.add_argument("--config", default=str(DEFAULT_CONFIG_PATH), help="YAML config")
         command.add_argument("--out", help="file to write; default: print it")
+    rules.add_argument("--format", choices=["file", "prometheus-rule"], default="file",
+                       help="a rules file (Prometheus's rule_files), or a PrometheusRule for the Prometheus Operator")
     rules.set_defaults(func=_rules)
     board.set_defaults(func=_dashboard)
     prometheus = sub.add_parser("prometheus", help="start Prometheus against the running app, rules loaded")
@@ -57,7 +59,10 @@ def _write(text: str, out: str | None) -> int:
 
 
 def _rules(args: argparse.Namespace) -> int:
-    return _write(prometheus_setup.rules_yaml(TrilemmaConfig.from_yaml(args.config)), args.out)
+    config = TrilemmaConfig.from_yaml(args.config)
+    if args.format == "prometheus-rule":
+        return _write(prometheus_setup.prometheus_rule_yaml(config), args.out)
+    return _write(prometheus_setup.rules_yaml(config), args.out)
 
 
 def _dashboard(args: argparse.Namespace) -> int:

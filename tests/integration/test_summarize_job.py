@@ -19,7 +19,9 @@ import httpx
 import pytest
 
 from core.wire import BATCH_DOCUMENT_HEADER as DOCUMENT_HEADER
+from core.wire import BATCH_DOCUMENTS, exported
 from jobs.summarize.cli import main
+from tests.support import METRICS_TEST_PORT
 
 pytestmark = pytest.mark.integration
 
@@ -46,6 +48,21 @@ def output_rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
+def exported_documents(output: str, state: str, expected: float, timeout_s: float = 60) -> float | None:
+    """The job's documents in `state` as Ray's metrics agent serves them, once they are
+    `expected` (it exports every few seconds: polled) or the time is up."""
+    from core.prometheus_text import samples
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        text = httpx.get(f"http://127.0.0.1:{METRICS_TEST_PORT}/metrics", timeout=30).text
+        values = [value for labels, value in samples(text, exported(BATCH_DOCUMENTS)).items()
+                  if dict(labels).get("output") == output and dict(labels).get("state") == state]
+        if values == [expected] or time.monotonic() > deadline:
+            return values[0] if values else None
+        time.sleep(2)
+
+
 def test_serve_mode_summarizes_every_document_through_the_batch_scenario(fake_app_url, tmp_path, capsys):
     corpus = tmp_path / "corpus.jsonl"
     ids = write_corpus(corpus, 6, long_ids={"doc-002"}, extra_rows=[
@@ -67,6 +84,8 @@ def test_serve_mode_summarizes_every_document_through_the_batch_scenario(fake_ap
     assert rows["doc-000"]["chunks"] == 1 and rows["doc-000"]["pool"] == "short"
     assert (rows["blank"]["status"], rows["nothing"]["status"]) == ("empty", "unreadable")
     assert rows["nothing"]["requests"] == 0 and rows["nothing"]["error"] == "'text' is NoneType, not text"
+    # The run's progress reached Prometheus's exposition (the dashboard's batch row).
+    assert exported_documents(str(out), "done", 6) == 6 and exported_documents(str(out), "to_do", 0) == 0
 
     # Parquet from the same state: nothing is sent again, the output is rewritten whole.
     parquet = tmp_path / "summaries.parquet"
