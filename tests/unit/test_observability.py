@@ -142,3 +142,10 @@ def test_top_shows_each_pool_and_scenario_against_its_slo(config):
     chat = next(line for line in text.splitlines() if line.startswith("short") and "chat" in line)
     assert "420 ms" in chat and "1.50" in chat and "2500 ms / 250 ms" in chat
     assert any(line.startswith("long") and "0%" in line for line in text.splitlines())
+
+
+def test_the_shipped_scrape_config_loads_the_rules():
+    checked = subprocess.run([_promtool(), "check", "config", str(ROOT / "cluster" / "prometheus.yml")],
+                             capture_output=True, text=True)
+    output = checked.stdout + checked.stderr
+    assert checked.returncode == 0 and "trilemma.rules.yml" in output and "SUCCESS" in output, output
