@@ -38,6 +38,9 @@ class FaultResult:
     failed_after: dict[str, int] = field(default_factory=dict)  # first words of the error -> count
     hung: int = 0
     seconds_to_serving: float | None = None  # from the fault to the pool's first answer after it
+    # How long the pool's replica serving now took to start, as it published it: the target for
+    # seconds_to_serving is this + 10 s when the fault replaced it.
+    replica_start_s: float | None = None
     e2e_p50_s_before: float | None = None
     e2e_p99_s_after: float | None = None
     engines_before: int = 0
@@ -131,7 +134,22 @@ async def run_fault(
         records = await load.finish()
     result = summarize(fault.name, action, records, fault_at, back_s, hang_s, engines_before)
     result.held_after = await held_once_released(target.url)
+    if fault.pool_comes_back:
+        result.replica_start_s = await asyncio.to_thread(replica_start_s, target)
     return result
+
+
+def replica_start_s(target: Target) -> float | None:
+    """The start time the pool's serving replica published on the control board (None when
+    Ray cannot be reached from here)."""
+    from autoscaling.control_board import RayControlBoard, replica_start_key
+    from serve_app.ray_driver import init_ray
+
+    try:
+        init_ray(address="auto", ignore_reinit_error=True, log_to_driver=False)
+        return (RayControlBoard().get(replica_start_key(target.app, target.pool)) or {}).get("start_s")
+    except Exception:  # noqa: BLE001 - the report says "-" rather than fail the run
+        return None
 
 
 
@@ -166,16 +184,17 @@ def markdown(results: list[FaultResult], meta: dict[str, Any]) -> str:
         f"Command: `{meta['command']}`\n",
         f"Steady chat load at {meta['rate_rps']} req/s on {meta['url']} (pool under fault: "
         f"{meta['pool']}); a request with no answer within {meta['hang_s']:.0f} s counts as hung.\n",
-        "| fault | sent after | answered | failed | hung | s to serving | E2E p50 before / p99 after (s) "
-        "| engines before/after | orphans | held after |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| fault | sent after | answered | failed | hung | s to serving | replica start (s) "
+        "| E2E p50 before / p99 after (s) | engines before/after | orphans | held after |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in results:
         failed = ", ".join(f"{count} {kind}" for kind, count in r.failed_after.items()) or "0"
         held = "app gone" if r.held_after is None else sum(r.held_after.values())
         lines.append(
             f"| {r.fault} | {r.sent_after} | {r.answered_after} | {failed} | {r.hung} "
-            f"| {fmt(r.seconds_to_serving, 0)} | {fmt(r.e2e_p50_s_before)} / {fmt(r.e2e_p99_s_after)} "
+            f"| {fmt(r.seconds_to_serving, 0)} | {fmt(r.replica_start_s, 0)} "
+            f"| {fmt(r.e2e_p50_s_before)} / {fmt(r.e2e_p99_s_after)} "
             f"| {r.engines_before}/{r.engines_after} | {r.orphaned_engines_after} | {held} |"
         )
     lines.append("\nWhat each fault did:\n")
