@@ -4,6 +4,7 @@ and tells it at the request's end."""
 
 from __future__ import annotations
 
+import time
 from datetime import datetime, timezone
 from typing import Any, Iterable
 
@@ -17,6 +18,7 @@ from serving.tenants import TenantDirectory, TenantEntry
 logger = get_logger(__name__)
 
 DEFAULT_TENANT = "default"  # every request, while no API keys are configured
+BUDGET_EXPORT_INTERVAL_S = 5.0
 
 
 class Accounting:
@@ -26,8 +28,19 @@ class Accounting:
         self._tenants = TenantDirectory({name: TenantEntry(**entry) for name, entry in tenants.items()})
         self._ledger = ledger_handle(spend_file)
         self.metrics = RequestMetrics.for_scenarios(scenarios)
-        self.metrics.daily_budgets({name: entry.daily_budget_usd for name, entry in self._tenants.entries.items()
-                                    if entry.daily_budget_usd is not None})
+        self._budgets = {name: entry.daily_budget_usd for name, entry in self._tenants.entries.items()
+                         if entry.daily_budget_usd is not None}
+        self._budgets_exported_at = float("-inf")
+        self._export_budgets()
+
+    def _export_budgets(self) -> None:
+        """The budgets as gauges, for the spend panel's lines. Ray's metrics agent drops a gauge
+        that was not set again within two export intervals, so they are set again as requests
+        come (at most every BUDGET_EXPORT_INTERVAL_S)."""
+        now = time.monotonic()
+        if self._budgets and now - self._budgets_exported_at >= BUDGET_EXPORT_INTERVAL_S:
+            self.metrics.daily_budgets(self._budgets)
+            self._budgets_exported_at = now
 
     def authenticate(self, authorization: str | None) -> str:
         """The tenant of an `Authorization: Bearer <key>` header; 401 when keys are configured
@@ -61,6 +74,7 @@ class Accounting:
         try:
             self.metrics.record(pool=pool, scenario=scenario, tenant=tenant, priority=priority, status=status,
                                 usage=usage, **timings)
+            self._export_budgets()
             cost = (usage or {}).get("cost_usd")
             # Only budgets read the ledger: tenants without one cost it no call per request.
             if cost and self._tenants.daily_budget_usd(tenant) is not None:
