@@ -4,7 +4,7 @@ and tells it at the request's end."""
 
 from __future__ import annotations
 
-import time
+import asyncio
 from datetime import datetime, timezone
 from typing import Any, Iterable
 
@@ -30,21 +30,30 @@ class Accounting:
         self.metrics = RequestMetrics.for_scenarios(scenarios)
         self._budgets = {name: entry.daily_budget_usd for name, entry in self._tenants.entries.items()
                          if entry.daily_budget_usd is not None}
-        self._budgets_exported_at = float("-inf")
-        self._export_budgets()
+        self._budget_export: asyncio.Task | None = None
 
-    def _export_budgets(self) -> None:
-        """The budgets as gauges, for the spend panel's lines. Ray's metrics agent drops a gauge
-        that was not set again within two export intervals, so they are set again as requests
-        come (at most every BUDGET_EXPORT_INTERVAL_S)."""
-        now = time.monotonic()
-        if self._budgets and now - self._budgets_exported_at >= BUDGET_EXPORT_INTERVAL_S:
-            self.metrics.daily_budgets(self._budgets)
-            self._budgets_exported_at = now
+    def _keep_budgets_exported(self) -> None:
+        """The budgets as gauges, for the spend panel's lines, set again every
+        BUDGET_EXPORT_INTERVAL_S: Ray's metrics agent drops a gauge that was not set within two
+        export intervals. Started by the first request (it needs the router's event loop)."""
+        if not self._budgets or self._budget_export is not None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # called outside the router's loop (a script): nothing to keep alive
+            return
+
+        async def export() -> None:
+            while True:
+                self.metrics.daily_budgets(self._budgets)
+                await asyncio.sleep(BUDGET_EXPORT_INTERVAL_S)
+
+        self._budget_export = loop.create_task(export())
 
     def authenticate(self, authorization: str | None) -> str:
         """The tenant of an `Authorization: Bearer <key>` header; 401 when keys are configured
         and the header has none or an unknown one."""
+        self._keep_budgets_exported()
         if not self._tenants.enabled:
             return DEFAULT_TENANT
         scheme, _, key = (authorization or "").partition(" ")
@@ -74,7 +83,6 @@ class Accounting:
         try:
             self.metrics.record(pool=pool, scenario=scenario, tenant=tenant, priority=priority, status=status,
                                 usage=usage, **timings)
-            self._export_budgets()
             cost = (usage or {}).get("cost_usd")
             # Only budgets read the ledger: tenants without one cost it no call per request.
             if cost and self._tenants.daily_budget_usd(tenant) is not None:
