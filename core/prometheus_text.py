@@ -71,7 +71,8 @@ def settled_scrape(url: str | None) -> str | None:
     return scrape(url)
 
 
-def _buckets(text: str, metric: str, keys: tuple[str, ...]) -> dict[tuple[str, ...], dict[float, float]]:
+def histogram_buckets(text: str, metric: str, keys: tuple[str, ...]) -> dict[tuple[str, ...], dict[float, float]]:
+    """Cumulative bucket counts by upper bound, summed per group of `keys`."""
     grouped: dict[tuple[str, ...], dict[float, float]] = {}
     series: dict[Labels, float] = samples(text, f"{metric}_bucket")
     for labels, count in series.items():
@@ -108,8 +109,8 @@ def phase_latency(before: str | None, after: str | None, keys: tuple[str, ...] =
         return None
     figures: dict[str, dict[str, float]] = {}
     for short, metric in HISTOGRAMS.items():
-        earlier = _buckets(before, metric, keys)
-        for group, later in _buckets(after, metric, keys).items():
+        earlier = histogram_buckets(before, metric, keys)
+        for group, later in histogram_buckets(after, metric, keys).items():
             delta = {bound: count - earlier.get(group, {}).get(bound, 0.0) for bound, count in later.items()}
             total = delta.get(math.inf, 0.0)
             if total <= 0:

@@ -12,7 +12,7 @@ from pathlib import Path
 from core.config import DEFAULT_CONFIG_PATH, TrilemmaConfig
 from observability import prometheus_setup
 from observability.grafana import dashboard
-from observability.top import PrometheusReader, render
+from observability.top import ExporterSource, PrometheusSource, render
 
 DEFAULT_PROMETHEUS_URL = "http://127.0.0.1:9090"
 
@@ -39,10 +39,13 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
                             help="scrape these instead of the endpoints Ray lists; repeatable")
     prometheus.add_argument("--write-only", action="store_true", help="write its config and rules, do not start it")
     prometheus.set_defaults(func=_prometheus)
-    top = commands.add_parser("top", help="the board in the terminal, from Prometheus, refreshed")
+    top = commands.add_parser("top", help="the board in the terminal, from Prometheus or the app, refreshed")
     top.add_argument("--config", default=str(DEFAULT_CONFIG_PATH), help="YAML config (SLOs, app name)")
-    top.add_argument("--prometheus", default=DEFAULT_PROMETHEUS_URL, help="Prometheus that scrapes the app")
-    top.add_argument("--window", default="1m", help="rates and percentiles over this window")
+    source = top.add_mutually_exclusive_group()
+    source.add_argument("--prometheus", default=DEFAULT_PROMETHEUS_URL, help="Prometheus that scrapes the app")
+    source.add_argument("--metrics-url", help="the app's own metrics endpoint instead (Ray's exporter, "
+                                              "http://<node>:<local_ray.metrics_export_port>/metrics)")
+    top.add_argument("--window", default="1m", help="Prometheus: rates and percentiles over this window")
     top.add_argument("--every", type=float, default=5.0, help="seconds between refreshes")
     top.add_argument("--once", action="store_true", help="print once and exit")
     top.set_defaults(func=_top)
@@ -92,12 +95,21 @@ def _prometheus(args: argparse.Namespace) -> int:
 
 def _top(args: argparse.Namespace) -> int:
     config = TrilemmaConfig.from_yaml(args.config)
-    reader = PrometheusReader(args.prometheus)
+    if args.metrics_url:
+        source, where = ExporterSource(args.metrics_url), args.metrics_url
+        heading = f"what changed between two reads of {where}, {args.every:g} s apart"
+    else:
+        source, where = PrometheusSource(args.prometheus, args.window), args.prometheus
+        heading = f"from {where}, rates over {args.window}"
     while True:
         try:
-            board = render(reader, config, args.window)
-        except Exception as error:  # noqa: BLE001 - an unreachable Prometheus is shown, and retried
-            board = f"trilemma top: cannot read {args.prometheus}: {error}"
+            source.refresh()
+            if args.once and not source.ready:  # the exporter's figures need a second reading
+                time.sleep(args.every)
+                source.refresh()
+            board = render(source, config, heading)
+        except Exception as error:  # noqa: BLE001 - an unreachable source is shown, and retried
+            board = f"trilemma top: cannot read {where}: {error}"
             if args.once:
                 print(board, file=sys.stderr)
                 return 1

@@ -222,10 +222,10 @@ def _deploy_changed(target: Target, change: Callable[[dict], str], fault: str) -
     serve._run(build_app(TrilemmaConfig.from_dict(raw)), name=target.app, _blocking=False)
     deadline = time.monotonic() + DEPLOY_WAIT_S
     while time.monotonic() < deadline:
+        time.sleep(2.0)  # first: the status read at once may be the one before the deploy
         app = serve.status().applications.get(target.app)
         if app is not None and app.status == "RUNNING":
             return f"deployed {target.app} with pool {target.pool}'s {changed}"
-        time.sleep(2.0)
     serve._run(build_app(target.config), name=target.app, _blocking=False)
     raise FaultNotPossible(f"pool {target.pool} with {changed} did not serve within {DEPLOY_WAIT_S:.0f} s; "
                            "the running config was deployed back")

@@ -16,7 +16,7 @@ import yaml
 from core import wire
 from observability.panels import board, concrete
 from serve_app.cli import main
-from tests.support import config_for_tests
+from tests.support import METRICS_TEST_PORT, config_for_tests
 
 pytestmark = pytest.mark.e2e
 
@@ -98,8 +98,10 @@ def test_every_metric_a_query_names_exists(loaded):
     assert ON_EVENT <= set(vars(wire).values())
 
 
-def test_top_shows_every_pool_from_prometheus(loaded, capsys):
-    assert main(["top", "--once", "--prometheus", loaded, "--window", RATE_WINDOW]) == 0
+@pytest.mark.parametrize("source", ["prometheus", "metrics-url"])
+def test_top_shows_every_pool(loaded, capsys, source):
+    where = loaded if source == "prometheus" else f"http://127.0.0.1:{METRICS_TEST_PORT}/metrics"
+    assert main(["top", "--once", f"--{source}", where, "--window", RATE_WINDOW, "--every", "2"]) == 0
     text = capsys.readouterr().out
     for pool in config_for_tests().pools:
         assert any(line.startswith(pool) for line in text.splitlines()), text

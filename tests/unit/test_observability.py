@@ -11,6 +11,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import httpx
 import pytest
 import yaml
 
@@ -19,7 +20,7 @@ from observability.grafana import GRID_WIDTH, dashboard
 from observability.panels import board, concrete
 from observability.prometheus_setup import rules_yaml, scrape_config
 from observability.rules import rules_for
-from observability.top import render
+from observability.top import ExporterSource, PrometheusSource, render
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "observability" / "prometheus" / "trilemma.rules.yml"
@@ -120,28 +121,48 @@ def test_the_scrape_config_finds_rays_nodes_and_loads_the_rules(tmp_path):
     assert re.fullmatch(job["metric_relabel_configs"][0]["regex"], "ray_trilemma_tokens_total")
 
 
-class _Answers:
-    """Prometheus's answers by the metric an expression reads."""
+def test_top_from_prometheus_shows_each_pool_and_scenario_against_its_slo(config):
+    def answer(request: httpx.Request) -> httpx.Response:
+        expr = request.url.params["query"]
+        if "trilemma_ttft_seconds_bucket" in expr and "0.99" in expr:
+            result = [{"metric": {"pool": "short", "scenario": "chat"}, "value": [0, "0.42"]}]
+        elif expr.startswith("sum by (pool, scenario) (rate(trilemma_requests_total"):
+            result = [{"metric": {"pool": "short", "scenario": "chat"}, "value": [0, "1.5"]}]
+        elif expr.startswith("sum by (pool) (rate(trilemma_engine_busy_seconds_total"):
+            result = [{"metric": {"pool": "short"}, "value": [0, "0.25"]}, {"metric": {"pool": "long"}, "value": [0, "0"]}]
+        else:
+            result = []
+        return httpx.Response(200, json={"status": "success", "data": {"result": result}})
 
-    def __init__(self, answers: dict[str, list[tuple[dict[str, str], float]]]) -> None:
-        self._answers = answers
-
-    def query(self, expr: str, keys: tuple[str, ...]) -> dict[tuple[str, ...], float]:
-        for metric, series in self._answers.items():
-            if metric in expr:
-                return {tuple(labels.get(k, "") for k in keys): value for labels, value in series}
-        return {}
-
-
-def test_top_shows_each_pool_and_scenario_against_its_slo(config):
-    text = render(_Answers({
-        "trilemma_ttft_seconds_bucket": [({"pool": "short", "scenario": "chat"}, 0.42)],
-        "trilemma_requests_total": [({"pool": "short", "scenario": "chat"}, 1.5)],
-        "trilemma_engine_busy_seconds_total": [({"pool": "short"}, 0.25), ({"pool": "long"}, 0.0)],
-    }), config)
+    source = PrometheusSource("http://prometheus", client=httpx.Client(transport=httpx.MockTransport(answer)))
+    text = render(source, config, "test")
     chat = next(line for line in text.splitlines() if line.startswith("short") and "chat" in line)
     assert "420 ms" in chat and "1.50" in chat and "2500 ms / 250 ms" in chat
     assert any(line.startswith("long") and "0%" in line for line in text.splitlines())
+
+
+def test_top_from_the_apps_own_endpoint_diffs_two_readings(config):
+    def exposition(requests: int, busy_s: float, slow: int) -> str:
+        common = 'pool="short",priority="0",scenario="chat"'
+        return "\n".join([
+            f'ray_trilemma_requests_total{{{common},status="200",tenant="default"}} {requests}',
+            f'ray_trilemma_ttft_seconds_bucket{{le="0.5",{common}}} {requests - slow}',
+            f'ray_trilemma_ttft_seconds_bucket{{le="5.0",{common}}} {requests}',
+            f'ray_trilemma_ttft_seconds_bucket{{le="+Inf",{common}}} {requests}',
+            f'ray_trilemma_engine_busy_seconds_total{{pool="short"}} {busy_s}',
+            f'ray_trilemma_replica_seconds_total{{pool="short"}} {busy_s * 4}',
+            'ray_trilemma_requests_waiting{pool="short"} 3',
+        ])
+
+    readings = iter([exposition(10, 1.0, 0), exposition(110, 26.0, 100)])
+    source = ExporterSource("http://app/metrics", fetch=lambda url: next(readings))
+    source.refresh()
+    assert not source.ready and render(source, config, "t").count("short") == 0
+    source.refresh()
+    rows = source.scenario_figures()[("short", "chat")]
+    assert rows["req/s"] > 0 and rows["TTFT p99"] == pytest.approx(0.5 + 4.5 * 0.99)
+    pool = source.pool_figures()["short"]
+    assert pool["busy"] == pytest.approx(25 / 100) and pool["waiting"] == 3
 
 
 def test_the_shipped_scrape_config_loads_the_rules():
