@@ -32,6 +32,8 @@ MAIN_PANELS = (
     "$/hour by pool, busy and idle", "$ per request and per 1M tokens", "Replicas: target and running",
 )
 RATE_WINDOW = "1m"
+# Panels whose lines differ by orders of magnitude ($ per request beside $ per 1M tokens).
+LOG_SCALE = {"$ per request and per 1M tokens"}
 
 
 def add_board_command(sub: argparse._SubParsersAction) -> None:
@@ -98,6 +100,8 @@ def draw(panels: list[Panel], series: dict[str, list[dict]], start: float, path:
                     axis.plot([x / 60 for x in xs], ys, label=_legend(target["legend"], result["metric"]), lw=1.2)
         for legend, value in panel.thresholds.items():
             axis.axhline(value, color="red", linestyle=":", lw=1, label=legend)
+        if panel.title in LOG_SCALE and axis.lines:
+            axis.set_yscale("log")
         axis.set_title(panel.title, fontsize=9)
         axis.set_xlabel("minutes", fontsize=8)
         axis.set_ylabel(_UNITS.get(panel.unit, ""), fontsize=8)
