@@ -50,6 +50,16 @@ BATCH_DOCUMENTS = "trilemma_batch_documents"
 BATCH_TOKENS_TOTAL = "trilemma_batch_tokens_total"
 BATCH_COST_USD_TOTAL = "trilemma_batch_cost_usd_total"
 
+# The latency histograms' bucket boundaries (seconds), the same for every app and config: Ray's
+# metrics agent registers a histogram once per node with the first boundaries it is sent and
+# drops every later point whose boundaries differ, so boundaries that followed a config (its
+# SLOs) would silently empty a histogram after a redeploy. Dense where SLOs usually sit; the burn
+# rules count a request above its SLO from the largest boundary at or below it (promql.py).
+TTFT_BUCKETS_S = (0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.75, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0,
+                  7.5, 10.0, 15.0, 20.0, 30.0, 60.0)
+TPOT_BUCKETS_S = (0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.06, 0.075, 0.1, 0.125, 0.15, 0.2, 0.25,
+                  0.3, 0.4, 0.5, 0.75, 1.0)
+
 
 def exported(metric: str) -> str:
     """The name Prometheus scrapes for one of the app's metrics."""

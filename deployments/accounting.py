@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import asyncio
 from datetime import datetime, timezone
-from typing import Any, Iterable
+from typing import Any
 
-from core.config import ScenarioConfig
 from core.errors import ApiError
 from core.upstream import get_logger
 from deployments.serving_metrics import RequestMetrics
@@ -22,12 +21,10 @@ BUDGET_EXPORT_INTERVAL_S = 5.0
 
 
 class Accounting:
-    def __init__(
-        self, tenants: dict[str, dict[str, Any]], spend_file: str | None, scenarios: Iterable[ScenarioConfig] = (),
-    ) -> None:
+    def __init__(self, tenants: dict[str, dict[str, Any]], spend_file: str | None) -> None:
         self._tenants = TenantDirectory({name: TenantEntry(**entry) for name, entry in tenants.items()})
         self._ledger = ledger_handle(spend_file)
-        self.metrics = RequestMetrics.for_scenarios(scenarios)
+        self.metrics = RequestMetrics()
         self._budgets = {name: entry.daily_budget_usd for name, entry in self._tenants.entries.items()
                          if entry.daily_budget_usd is not None}
         self._budget_export: asyncio.Task | None = None

@@ -75,7 +75,7 @@ class TrilemmaRouter(OpenAiIngress):
         self._policy = RoutingPolicy.from_config(
             config.routing, {name: rate.usd_per_hour for name, rate in self._rates.items()}
         )
-        self._accounting = Accounting(tenants, config.tenants.spend_file, config.scenarios.values())
+        self._accounting = Accounting(tenants, config.tenants.spend_file)
         self._token_counter = PromptTokenCounter(tokenizer_source)
         self._token_counter.load()
         # Only the autoscaler puts the cost profile in force.

@@ -11,27 +11,20 @@ busy clock and its queue's depth; per event, requests its admission queue shed.
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any
 
 from ray.util.metrics import Counter, Gauge, Histogram
 
 from core import wire
-from core.config import ScenarioConfig
 
 # Spans a one-token reply on a small model to a long document on a large one.
 COST_BOUNDARIES_USD = [1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0]
-TTFT_BOUNDARIES_S = [0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60]
-TPOT_BOUNDARIES_S = [0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1]
 
 
 class RequestMetrics:
-    """What the router records for every answered request.
+    """What the router records for every answered request."""
 
-    The scenarios' SLOs are added to the latency boundaries, so that the share of requests
-    above an SLO (what the burn-rate alerts measure) is exact, not rounded to a bucket.
-    """
-
-    def __init__(self, ttft_slos_s: Iterable[float] = (), tpot_slos_s: Iterable[float] = ()) -> None:
+    def __init__(self) -> None:
         by_request = ("pool", "scenario", "tenant")
         self.tokens = Counter(
             wire.TOKENS_TOTAL, "Tokens processed, by direction (prompt or completion).",
@@ -51,7 +44,7 @@ class RequestMetrics:
         )
         self.ttft = Histogram(
             wire.TTFT_SECONDS, "Time to first token of streamed requests, at the router.",
-            boundaries=with_slos(TTFT_BOUNDARIES_S, ttft_slos_s), tag_keys=("pool", "scenario", "priority"),
+            boundaries=list(wire.TTFT_BUCKETS_S), tag_keys=("pool", "scenario", "priority"),
         )
         self.tokens_saved = Counter(
             wire.PROMPT_TOKENS_SAVED_TOTAL, "Prompt tokens removed by whitespace normalization.",
@@ -59,7 +52,7 @@ class RequestMetrics:
         )
         self.tpot = Histogram(
             wire.TPOT_SECONDS, "Time per output token after the first, of streamed requests.",
-            boundaries=with_slos(TPOT_BOUNDARIES_S, tpot_slos_s), tag_keys=("pool", "scenario", "priority"),
+            boundaries=list(wire.TPOT_BUCKETS_S), tag_keys=("pool", "scenario", "priority"),
         )
 
         self.daily_budget = Gauge(
@@ -70,12 +63,6 @@ class RequestMetrics:
     def daily_budgets(self, budgets: dict[str, float]) -> None:
         for tenant, usd in budgets.items():
             self.daily_budget.set(usd, {"tenant": tenant})
-
-    @classmethod
-    def for_scenarios(cls, scenarios: Iterable[ScenarioConfig]) -> RequestMetrics:
-        scenarios = list(scenarios)
-        return cls(ttft_slos_s=[s.slo_ttft_ms / 1000 for s in scenarios if s.slo_ttft_ms],
-                   tpot_slos_s=[s.slo_tpot_ms / 1000 for s in scenarios if s.slo_tpot_ms])
 
     def prompt_tokens_saved(self, scenario: str, tokens: int) -> None:
         if tokens > 0:
@@ -106,10 +93,6 @@ class RequestMetrics:
             self.ttft.observe(ttft_s, by_class)
         if decode_s is not None and completion > 1:
             self.tpot.observe(decode_s / (completion - 1), by_class)
-
-
-def with_slos(boundaries: list[float], slos_s: Iterable[float]) -> list[float]:
-    return sorted(set(boundaries) | {float(slo) for slo in slos_s})
 
 
 class PoolMetrics:

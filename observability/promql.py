@@ -39,14 +39,20 @@ def busy_fraction(window: str, selector: str = "") -> str:
             f"{rate(wire.REPLICA_SECONDS_TOTAL, window, 'pool', selector)}")
 
 
-def over_slo_fraction(histogram: str, bound_s: float, window: str, scenario: str) -> str:
-    """Share of a scenario's requests slower than `bound_s`. The router adds each scenario's SLO
-    to the boundaries (deployments/serving_metrics.py), so the bucket exists. Ray writes `1.0`
-    where Prometheus 3 writes `1`; both spellings match."""
-    le = _le_pattern(bound_s)
+def over_slo_fraction(histogram: str, bucket_le_s: float, window: str, scenario: str) -> str:
+    """Share of a scenario's requests slower than the bucket boundary `bucket_le_s` (see
+    `slo_bucket`). Ray writes `1.0` where Prometheus 3 writes `1`; both spellings match."""
+    le = _le_pattern(bucket_le_s)
     selector = f'{{scenario="{scenario}"}}'
     within = f'sum by (scenario) (rate({histogram}_bucket{{scenario="{scenario}", le=~"{le}"}}[{window}]))'
     return f"1 - {within} / {rate(histogram + '_count', window, 'scenario', selector)}"
+
+
+def slo_bucket(buckets: tuple[float, ...], slo_s: float) -> float:
+    """The boundary an SLO is counted from: the largest at or below it, so a request between that
+    boundary and the SLO counts as above it (an alert errs early, never late); the smallest when
+    the SLO is below every boundary. The boundaries are fixed (core/wire.py)."""
+    return max((b for b in buckets if b <= slo_s), default=min(buckets))
 
 
 def _le_pattern(bound_s: float) -> str:

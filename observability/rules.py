@@ -23,6 +23,7 @@ BURN_WINDOWS = (("Fast", "1h", "5m", 14.4, "page"), ("Slow", "6h", "30m", 6.0, "
 # Requests that were served (a 429 or 503 bought nothing).
 ANSWERED = '{status="200"}'
 LATENCIES = (("ttft", wire.TTFT_SECONDS, "time to first token"), ("tpot", wire.TPOT_SECONDS, "time per output token"))
+BUCKETS = {"ttft": wire.TTFT_BUCKETS_S, "tpot": wire.TPOT_BUCKETS_S}
 
 
 @dataclass(frozen=True)
@@ -92,9 +93,10 @@ def recording_rules(config: TrilemmaConfig) -> list[dict[str, str]]:
     windows = sorted({w for _, long, short, _, _ in BURN_WINDOWS for w in (long, short)}, key=_minutes)
     for kind, histogram, _ in LATENCIES:
         for scenario, slo_s in slo_scenarios(config, kind).items():
+            bucket_s = promql.slo_bucket(BUCKETS[kind], slo_s)
             for w in windows:
-                rules.append({**_record(names.over_slo(kind, w), promql.over_slo_fraction(histogram, slo_s, w, scenario)),
-                              "labels": {"slo_seconds": _number(slo_s)}})
+                rules.append({**_record(names.over_slo(kind, w), promql.over_slo_fraction(histogram, bucket_s, w, scenario)),
+                              "labels": {"slo_seconds": _number(slo_s), "counted_from_seconds": _number(bucket_s)}})
     return rules
 
 

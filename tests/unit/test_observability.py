@@ -15,10 +15,13 @@ import httpx
 import pytest
 import yaml
 
+from core import wire
 from core.config import DEFAULT_CONFIG_PATH, TrilemmaConfig
+from deployments.serving_metrics import RequestMetrics
 from observability.grafana import GRID_WIDTH, dashboard
 from observability.panels import board, concrete
 from observability.prometheus_setup import rules_yaml, scrape_config
+from observability.promql import slo_bucket
 from observability.rules import rules_for
 from observability.top import ExporterSource, PrometheusSource, render
 
@@ -106,7 +109,8 @@ def test_rules_follow_the_config(config):
              for group in rules_for(stricter)["groups"] for rule in group["rules"]}
     assert '{scenario="chat"} > 0.9 and' in exprs["TrilemmaTTFTAboveSLO"]
     assert exprs["TrilemmaCostPerRequestHigh"].endswith("> 0.02")
-    assert 'le=~"0\\\\.9"' in exprs["scenario:trilemma_ttft_over_slo:ratio_5m"]
+    # 0.9 s is not a bucket boundary: counted from 0.75 s, the largest below it.
+    assert 'le=~"0\\\\.75"' in exprs["scenario:trilemma_ttft_over_slo:ratio_5m"]
     without_slos = config.with_overrides({"scenarios.chat.slo_ttft_ms": None, "scenarios.chat.slo_tpot_ms": None},
                                          source="test")
     alerts = [rule["alert"] for rule in rules_for(without_slos)["groups"][1]["rules"]]
@@ -170,3 +174,17 @@ def test_the_shipped_scrape_config_loads_the_rules():
                              capture_output=True, text=True)
     output = checked.stdout + checked.stderr
     assert checked.returncode == 0 and "trilemma.rules.yml" in output and "SUCCESS" in output, output
+
+
+def test_an_slo_is_counted_from_the_largest_boundary_at_or_below_it():
+    assert slo_bucket(wire.TTFT_BUCKETS_S, 2.5) == 2.5
+    assert slo_bucket(wire.TTFT_BUCKETS_S, 0.9) == 0.75
+    assert slo_bucket(wire.TTFT_BUCKETS_S, 0.001) == wire.TTFT_BUCKETS_S[0]
+
+
+def test_the_router_histograms_boundaries_do_not_follow_the_config():
+    """Ray keeps a histogram's first boundaries per node and drops points with others: boundaries
+    that followed the SLOs would empty the histogram after a redeploy that changed one."""
+    metrics = RequestMetrics()
+    assert metrics.ttft.boundaries == sorted(set(wire.TTFT_BUCKETS_S))
+    assert metrics.tpot.boundaries == sorted(set(wire.TPOT_BUCKETS_S))
