@@ -6,10 +6,10 @@ import argparse
 import asyncio
 from pathlib import Path
 
-import httpx
 
 from bench.chaos.faults import Fault, Target
 from bench.chaos.run import markdown, run_fault, to_json
+from bench.app_ready import wait_until_serving
 from bench.cli_common import add_output_args, command_line, fail, shown_path
 from bench.result_files import write_json
 from core.config import ConfigError, TrilemmaConfig
@@ -35,6 +35,8 @@ def add_chaos_command(sub: argparse._SubParsersAction) -> None:
     chaos.add_argument("--hang-s", type=float, default=120.0, help="no answer within this: hung")
     chaos.add_argument("--clients-leaving", type=int, default=1000, help="for the clients-leave fault")
     chaos.add_argument("--serve-pid", type=int, help="the `trilemma serve` process (for sigterm)")
+    chaos.add_argument("--ready-timeout-s", type=float, default=900.0,
+                       help="how long to wait for every pool to have a replica serving")
     add_output_args(chaos, "chaos")
     chaos.set_defaults(func=bench_chaos)
 
@@ -52,9 +54,9 @@ def bench_chaos(args: argparse.Namespace) -> int:
             return fail(error)
     app = config.app_name if config else "trilemma"
     try:
-        model = httpx.get(f"{args.url.rstrip('/')}/v1/models", timeout=30).json()["data"][0]["id"]
-    except (httpx.HTTPError, KeyError, IndexError, ValueError) as error:
-        return fail(ValueError(f"no app answers /v1/models at {args.url}: {error}"))
+        model = wait_until_serving(args.url, args.ready_timeout_s)
+    except ValueError as error:
+        return fail(error)
     target = Target(app=app, url=args.url, model=model, pool=args.pool, serve_pid=args.serve_pid,
                     config=config, clients_leaving=args.clients_leaving)
     results = []

@@ -9,9 +9,9 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-import httpx
 from pydantic import ValidationError
 
+from bench.app_ready import wait_until_serving
 from bench.cli_common import add_output_args, command_line, fail, shown_path
 from bench.result_files import write_json
 from bench.soak.mixed_load import SoakPlan
@@ -30,6 +30,8 @@ def add_soak_command(sub: argparse._SubParsersAction) -> None:
         field = SoakPlan.model_fields[key]
         soak.add_argument(f"--{flag.replace('_', '-')}", type=float, help=f"{field.description} "
                           f"(default {field.default})")
+    soak.add_argument("--ready-timeout-s", type=float, default=900.0,
+                      help="how long to wait for every pool to have a replica serving")
     add_output_args(soak, "soak")
     soak.set_defaults(func=bench_soak)
 
@@ -40,9 +42,9 @@ def bench_soak(args: argparse.Namespace) -> int:
     except ValidationError as error:
         return fail(ValueError(str(error)))
     try:
-        model = httpx.get(f"{args.url.rstrip('/')}/v1/models", timeout=30).json()["data"][0]["id"]
-    except (httpx.HTTPError, KeyError, IndexError, ValueError) as error:
-        return fail(ValueError(f"no app answers /v1/models at {args.url}: {error}"))
+        model = wait_until_serving(args.url, args.ready_timeout_s)
+    except ValueError as error:
+        return fail(error)
     print(f"soak: {plan.minutes:.0f} min on {args.url} ...", flush=True)
     result = asyncio.run(run_soak(args.url, model, plan, args.serve_pid))
     name = args.name or "soak"
