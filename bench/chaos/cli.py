@@ -6,10 +6,9 @@ import argparse
 import asyncio
 from pathlib import Path
 
-
+from bench.app_ready import wait_until_serving
 from bench.chaos.faults import Fault, Target
 from bench.chaos.run import markdown, run_fault, to_json
-from bench.app_ready import wait_until_serving
 from bench.cli_common import add_output_args, command_line, fail, shown_path
 from bench.result_files import write_json
 from core.config import ConfigError, TrilemmaConfig
