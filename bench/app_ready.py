@@ -23,8 +23,9 @@ def pools_not_serving(pools: dict[str, Any]) -> list[str]:
 
 
 def wait_until_serving(url: str, timeout_s: float, say: Callable[[str], None] = print) -> str:
-    """The app's model, once every pool serves; a ValueError that names what is missing when
-    nothing answers or a pool has no replica within `timeout_s`."""
+    """The app's model, once it answers and every pool serves (an app just started is waited
+    for too); a ValueError that names what is missing when nothing answers or a pool has no
+    replica within `timeout_s`."""
     base = url.rstrip("/")
     deadline = time.monotonic() + timeout_s
     waiting: list[str] | None = None
@@ -32,7 +33,14 @@ def wait_until_serving(url: str, timeout_s: float, say: Callable[[str], None] = 
         try:
             model = httpx.get(f"{base}/v1/models", timeout=30).json()["data"][0]["id"]
         except (httpx.HTTPError, KeyError, IndexError, ValueError) as error:
-            raise ValueError(f"no app answers /v1/models at {url}: {error}") from error
+            if time.monotonic() >= deadline:
+                raise ValueError(f"no app answers /v1/models at {url} within the ready timeout of "
+                                 f"{timeout_s:g} s: {error}") from error
+            if waiting != ["the app"]:
+                say(f"waiting for the app at {url} to answer (up to {timeout_s:g} s) ...")
+                waiting = ["the app"]
+            time.sleep(POLL_S)
+            continue
         pools = read_pool_activity(base)
         if pools is None:  # an endpoint without pools (plain vLLM): it serves once it answers
             return model

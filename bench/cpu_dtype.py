@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.machine import cpu_model
 from bench.result_files import write_json
 from serving.cpu_engine import NATIVE_BF16_FLAGS, choose_cpu_dtype, read_cpu_flags
 
@@ -129,7 +130,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     flags = read_cpu_flags()
     result: dict[str, Any] = {
         "kind": "cpu_dtype", "model": Path(args.model).name, "machine": platform.processor() or platform.machine(),
-        "cpu_model": _cpu_model(), "native_bf16_flags": sorted(set(NATIVE_BF16_FLAGS) & (flags or set())),
+        "cpu_model": cpu_model(), "native_bf16_flags": sorted(set(NATIVE_BF16_FLAGS) & (flags or set())),
         "avx512f": bool(flags and "avx512f" in flags), "default_choice": choose_cpu_dtype(flags).__dict__,
         "questions": QUESTIONS, "reference_answers": [reference.tokenizer.decode(e) for e in expected],
         "variants": {},
@@ -155,13 +156,6 @@ def _in_own_process(args: argparse.Namespace, name: str) -> dict[str, Any]:
     measured = json.loads(out.read_text())
     out.unlink()
     return measured
-
-
-def _cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.partition(":")[2].strip()
-    return platform.machine()
 
 
 def markdown(result: dict[str, Any]) -> str:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from bench import machine
 from bench.app_ready import wait_until_serving
 from bench.cli_common import add_output_args, command_line, fail, shown_path
 from bench.result_files import write_json
@@ -48,7 +49,7 @@ def bench_soak(args: argparse.Namespace) -> int:
     print(f"soak: {plan.minutes:.0f} min on {args.url} ...", flush=True)
     result = asyncio.run(run_soak(args.url, model, plan, args.serve_pid))
     name = args.name or "soak"
-    meta = {"name": name, "command": command_line(args), "url": args.url}
+    meta = {"name": name, "command": command_line(args), "url": args.url, "machine": machine.describe()}
     json_path = write_json({**meta, **asdict(result)}, Path(args.out), name)
     md_path = json_path.with_suffix(".md")
     md_path.write_text(markdown(result, meta))

@@ -116,7 +116,7 @@ def markdown(result: SoakResult, meta: dict[str, Any]) -> str:
     lines = [
         f"# {meta['name']}\n",
         f"Command: `{meta['command']}`\n",
-        f"{plan['minutes']:.0f} minutes on {meta['url']}: chat {plan['chat_rps']} req/s, long documents "
+        f"{plan['minutes']:.0f} minutes on {meta['url']} ({meta.get('machine', 'machine not recorded')}): chat {plan['chat_rps']} req/s, long documents "
         f"{plan['long_rps']} req/s, batch {plan['batch_rps']} req/s, clients leaving mid-stream "
         f"{plan['leave_rps']} req/s; memory read every {plan['sample_s']:.0f} s.\n",
         "| target | met |", "| --- | --- |",

@@ -50,5 +50,9 @@ def test_no_app_is_a_clear_error(monkeypatch):
     def refuse(url, timeout):
         raise httpx.ConnectError("connection refused")
     monkeypatch.setattr(app_ready.httpx, "get", refuse)
-    with pytest.raises(ValueError, match="no app answers /v1/models at http://nowhere: connection refused"):
-        app_ready.wait_until_serving("http://nowhere", timeout_s=1)
+    monkeypatch.setattr(app_ready, "POLL_S", 0.0)
+    said = []
+    with pytest.raises(ValueError, match="no app answers /v1/models at http://nowhere within the ready timeout "
+                                         "of 0.2 s: connection refused"):
+        app_ready.wait_until_serving("http://nowhere", timeout_s=0.2, say=said.append)
+    assert said == ["waiting for the app at http://nowhere to answer (up to 0.2 s) ..."]  # said once
