@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 import httpx
 
-from bench.pool_activity import read_pool_activity
+from core import wire
 
 POLL_S = 5.0
 
@@ -28,29 +28,34 @@ def wait_until_serving(url: str, timeout_s: float, say: Callable[[str], None] = 
     replica within `timeout_s`."""
     base = url.rstrip("/")
     deadline = time.monotonic() + timeout_s
-    waiting: list[str] | None = None
+    said: str | None = None
     while True:
-        try:
-            model = httpx.get(f"{base}/v1/models", timeout=30).json()["data"][0]["id"]
-        except (httpx.HTTPError, KeyError, IndexError, ValueError) as error:
-            if time.monotonic() >= deadline:
-                raise ValueError(f"no app answers /v1/models at {url} within the ready timeout of "
-                                 f"{timeout_s:g} s: {error}") from error
-            if waiting != ["the app"]:
-                say(f"waiting for the app at {url} to answer (up to {timeout_s:g} s) ...")
-                waiting = ["the app"]
-            time.sleep(POLL_S)
-            continue
-        pools = read_pool_activity(base)
-        if pools is None:  # an endpoint without pools (plain vLLM): it serves once it answers
-            return model
-        missing = pools_not_serving(pools)
-        if not missing:
+        model, missing = _model_and_missing(base)
+        if model is not None and not missing:
             return model
         if time.monotonic() >= deadline:
-            raise ValueError(f"pools {missing} had no replica serving within the ready timeout of "
-                             f"{timeout_s:g} s")
-        if missing != waiting:
-            say(f"waiting for pools {missing} to serve (up to {timeout_s:g} s) ...")
-            waiting = missing
+            raise ValueError(f"{missing} within the ready timeout of {timeout_s:g} s at {url}")
+        if missing != said:
+            say(f"waiting: {missing} (up to {timeout_s:g} s) ...")
+            said = missing
         time.sleep(POLL_S)
+
+
+def _model_and_missing(base: str) -> tuple[str | None, str | None]:
+    """The app's model and what it still lacks (None once it serves). An endpoint without the
+    pools path (plain vLLM) serves once it answers; an app whose pools path fails is starting:
+    the router answers before its pools do."""
+    try:
+        model = httpx.get(f"{base}/v1/models", timeout=30).json()["data"][0]["id"]
+    except (httpx.HTTPError, KeyError, IndexError, ValueError) as error:
+        return None, f"no app answers /v1/models: {error}"
+    try:
+        response = httpx.get(f"{base}{wire.POOLS_PATH}", timeout=30)
+    except httpx.HTTPError as error:
+        return model, f"the pools do not answer {wire.POOLS_PATH}: {error!r}"
+    if response.status_code == 404:
+        return model, None
+    if response.status_code != 200:
+        return model, f"the pools do not answer {wire.POOLS_PATH} (HTTP {response.status_code})"
+    missing = pools_not_serving(response.json()["pools"])
+    return model, f"pools {missing} have no replica serving" if missing else None

@@ -24,12 +24,14 @@ from bench.cli_common import (
 )
 from bench.colocate import add_command as add_colocate_command
 from bench.datasets import DATASETS, DatasetError, load_dataset
+from bench.hops import add_hops_command
 from bench.metrics import Slo
 from bench.report import ReportError, write_report, write_sweep
 from bench.result_files import markdown_table, write_json, write_results
 from bench.runner import EndpointError, Workload, resolve_model, run_point, warm_up
 from bench.soak.cli import add_soak_command
 from bench.sweep import Knob, SweepError, parse_values, run_sweep
+from bench.vs_vllm import add_vs_vllm_command
 from core.config import ConfigError, TrilemmaConfig
 
 
@@ -114,6 +116,8 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     add_output_args(isolation, "isolation")
     isolation.set_defaults(func=bench_isolation)
 
+    add_hops_command(sub)
+    add_vs_vllm_command(sub)
     add_chaos_command(sub)
     add_soak_command(sub)
     add_board_command(sub)

@@ -2,7 +2,8 @@
 # The GPU proof on one H200: the engine alone, then the app (router overhead and isolation).
 #   usage: bench/gpu_bench.sh [engine|app-overhead|app-isolation|all|STEP] [OUT_DIR]
 # Steps that fit in 10 minutes each: engine, app-overhead (two deployments), app-overhead-moderate,
-# app-isolation-split, app-isolation-shared (which completes the split arm's result), app-colocate.
+# app-isolation-split, app-isolation-shared (which completes the split arm's result), app-colocate;
+# app-start (leaves the app serving), then app-hops and app-vs-vllm against it.
 # Needs vLLM and Ray importable (on the H200 host: PYTHONPATH of the installed wheelhouse) and
 # the architecture folders under $MODELS (default .wh/gpu/models). Weights are random
 # (load_format dummy): speed does not depend on their values.
@@ -65,6 +66,30 @@ app_colocate() {
     --out "$out" --name colocate-8b --no-progress
 }
 
+# Time through the app (issue: first token, token cadence, start). The short pool and plain
+# vLLM get 35% of the card each and the long pool 20%, so that plain vLLM fits beside the app
+# and the two are loaded in alternating rounds; both with the same engine settings.
+time_args=(--config "$config" --set "model.source=$models/llama-8b-shape"
+  --set pools.short.engine_kwargs.gpu_memory_utilization=0.35
+  --set pools.long.engine_kwargs.gpu_memory_utilization=0.2)
+
+app_start() {
+  # The app in a session of its own, so that it outlives this command for app-vs-vllm; its
+  # log holds each replica's start, phase by phase.
+  setsid python3 -m serve_app.cli serve "${time_args[@]}" >"${SERVE_LOG:-$out/serve-8b.log}" 2>&1 < /dev/null &
+  python3 -c "from bench.app_ready import wait_until_serving; wait_until_serving('http://127.0.0.1:8000', 600)"
+}
+
+app_hops() {
+  python3 -m bench hops --concurrency 1,16,256 --num-prompts 64 --max-tokens 128 \
+    --out "$out" --name hops-8b --no-progress
+}
+
+app_vs_vllm() {
+  python3 -m bench vs-vllm "${time_args[@]}" --app-url http://127.0.0.1:8000 --concurrency 1,16,256 \
+    --rounds 2 --num-prompts 16 --input-len 512 --output-len 128 --out "$out" --name vs-vllm-8b --no-progress
+}
+
 case "$step" in
   engine) engine ;;
   app-overhead) app_overhead ;;
@@ -73,7 +98,11 @@ case "$step" in
   app-isolation-split) app_isolation_split ;;
   app-isolation-shared) app_isolation_shared ;;
   app-colocate) app_colocate ;;
+  app-start) app_start ;;
+  app-hops) app_hops ;;
+  app-vs-vllm) app_vs_vllm ;;
   all) engine; app_overhead; app_overhead_moderate; app_isolation; app_colocate ;;
   *) echo "unknown step $step: engine, app-overhead, app-overhead-moderate, app-isolation," \
-          "app-isolation-split, app-isolation-shared, app-colocate or all" >&2; exit 2 ;;
+          "app-isolation-split, app-isolation-shared, app-colocate, app-start, app-hops, app-vs-vllm or all" >&2
+     exit 2 ;;
 esac

@@ -17,16 +17,22 @@ from bench.arrivals import LoadShape, poisson_arrival_times
 from bench.datasets import Prompt
 from bench.metrics import RequestRecord
 from core import wire
+from serving.request_timeline import CLIENT_FIRST_TOKEN, CLIENT_SENT, TIMING_KEY, hops_ms
 
 
 async def send_one(
-    session: aiohttp.ClientSession, prompt: Prompt, model: str, run_started: float
+    session: aiohttp.ClientSession, prompt: Prompt, model: str, run_started: float, timing: bool = False,
 ) -> RequestRecord:
+    """With `timing`, the app is asked for its hop times (serving.request_timeline), which the
+    record keeps as `hops_ms`."""
     body = {
         "model": model, "messages": prompt.messages, "max_tokens": prompt.max_tokens,
         "stream": True, "stream_options": {"include_usage": True}, **prompt.extra,
     }
     headers = {wire.SCENARIO_HEADER: prompt.scenario} if prompt.scenario else {}
+    if timing:
+        headers[wire.TIMING_HEADER] = "1"
+    stamps = {CLIENT_SENT: time.time()} if timing else None
     started = time.perf_counter()
     record = RequestRecord(
         scenario=prompt.scenario or "default", started_s=started - run_started, e2e_s=0.0
@@ -36,7 +42,7 @@ async def send_one(
             record.pool = response.headers.get(wire.POOL_HEADER)
             record.scenario = response.headers.get(wire.SCENARIO_ANSWER_HEADER, record.scenario)
             if response.status == 200:
-                await _read_stream(response, record, started)
+                await _read_stream(response, record, started, stamps)
             else:
                 detail = (await response.read()).decode(errors="replace")[:300]
                 record.error = f"http {response.status}: {detail}"
@@ -46,8 +52,11 @@ async def send_one(
     return record
 
 
-async def _read_stream(response: aiohttp.ClientResponse, record: RequestRecord, started: float) -> None:
-    """Fills `record` from server-sent events: text timings, then the usage of the last chunk."""
+async def _read_stream(
+    response: aiohttp.ClientResponse, record: RequestRecord, started: float, stamps: dict[str, float] | None,
+) -> None:
+    """Fills `record` from server-sent events: text timings, then the usage of the last chunk
+    (and the hop times, when `stamps` holds the send time)."""
     last_text_at = None
     async for raw_line in response.content:
         line = raw_line.decode().strip()
@@ -61,6 +70,8 @@ async def _read_stream(response: aiohttp.ClientResponse, record: RequestRecord, 
         if any((choice.get("delta") or {}).get("content") for choice in chunk.get("choices", [])):
             if record.ttft_s is None:
                 record.ttft_s = now - started
+                if stamps is not None:
+                    stamps[CLIENT_FIRST_TOKEN] = time.time()
             else:
                 record.itl_s.append(now - last_text_at)
             last_text_at = now
@@ -70,16 +81,18 @@ async def _read_stream(response: aiohttp.ClientResponse, record: RequestRecord, 
             record.completion_tokens = usage.get("completion_tokens", 0)
             cost = usage.get("cost_usd")  # a number, or a breakdown with its total
             record.cost_usd = cost.get("total") if isinstance(cost, dict) else cost
+        if stamps is not None and TIMING_KEY in chunk:
+            record.hops_ms = hops_ms({**chunk[TIMING_KEY], **stamps})
 
 
 async def run_load(
     base_url: str, prompts: list[Prompt], shape: LoadShape, *, model: str,
     timeout_s: float = 600.0, seed: int = 0, progress: bool = True, label: str = "requests",
-    api_key: str | None = None, arrivals: list[float] | None = None,
+    api_key: str | None = None, arrivals: list[float] | None = None, timing: bool = False,
 ) -> tuple[list[RequestRecord], float]:
     """Runs every prompt once in the given shape; returns the records and the wall time.
     `arrivals` (send times, s from start, one per prompt) replays a schedule made elsewhere
-    instead of drawing one from the shape's rate."""
+    instead of drawing one from the shape's rate; `timing` asks the app for its hop times."""
     if arrivals is not None and len(arrivals) != len(prompts):
         raise ValueError(f"{len(arrivals)} arrival times for {len(prompts)} prompts")
     connector = aiohttp.TCPConnector(limit=0)  # no client-side cap on requests in flight
@@ -93,7 +106,7 @@ async def run_load(
         run_started = time.perf_counter()
 
         async def tracked(prompt: Prompt) -> RequestRecord:
-            record = await send_one(session, prompt, model, run_started)
+            record = await send_one(session, prompt, model, run_started, timing)
             bar.update(1)
             return record
 

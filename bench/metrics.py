@@ -22,6 +22,8 @@ class RequestRecord:
     cost_usd: float | None = None
     pool: str | None = None
     error: str | None = None
+    # Milliseconds of the first token's hops through the app, when they were asked for.
+    hops_ms: dict[str, float] | None = None
 
     @property
     def ok(self) -> bool:

@@ -19,13 +19,14 @@ from core.pool_config import (
     REPLICA_ROUTERS,
     AdmissionConfig,
     PoolConfig,
+    StreamBatchingConfig,
 )
 
 __all__ = [
     "ARRIVAL_HEADROOM", "AlertsConfig", "CONFIG_DIR", "DEFAULT_CONFIG_PATH", "PROJECT_ROOT", "DEFAULT_QUEUE_SHARE", "REPLICA_ROUTERS",
     "AdmissionConfig", "AutoscalingConfig", "ConfigError", "CostConfig", "HttpConfig", "LocalRayConfig",
     "ModelSpec", "PoolConfig", "PoolScalingConfig", "RouterConfig", "RoutingConfig", "ScenarioConfig",
-    "StrictModel", "TenantsConfig", "TrilemmaConfig", "resolve_config_path",
+    "StreamBatchingConfig", "StrictModel", "TenantsConfig", "TrilemmaConfig", "resolve_config_path",
 ]
 
 # The folder that holds serve_app/: the repository root, or site-packages once installed.

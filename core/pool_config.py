@@ -50,6 +50,21 @@ class AdmissionConfig(StrictModel):
         return self
 
 
+class StreamBatchingConfig(StrictModel):
+    interval_ms: NonNegativeFloat = Field(
+        50.0,
+        description="Longest a token waits to leave the replica with the tokens after it, while "
+        "the replica streams `min_streams` answers or more; 0: every token leaves at once. The "
+        "first token of an answer never waits.",
+    )
+    min_streams: PositiveInt = Field(
+        64,
+        description="Streams in flight on a replica from which later tokens are batched: below it "
+        "each token leaves as the engine makes it (the lowest time between tokens); from it on, "
+        "fewer, larger chunks keep the replica and the router free for more streams.",
+    )
+
+
 class PoolConfig(StrictModel):
     role: Literal["short", "long"] = Field(
         description="Which requests the pool is for: `short` context (low latency) or `long`."
@@ -109,6 +124,10 @@ class PoolConfig(StrictModel):
     )
     engine_kwargs: dict[str, Any] = Field(
         default_factory=dict, description="Further vLLM engine arguments, passed through as given."
+    )
+    stream_batching: StreamBatchingConfig = Field(
+        default_factory=StreamBatchingConfig,
+        description="How each replica sends an answer's tokens on: one by one, or batched while busy.",
     )
     env: dict[str, str] = Field(
         default_factory=dict, description="Environment variables of the engine processes."

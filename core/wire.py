@@ -10,6 +10,7 @@ from typing import TypedDict
 SCENARIO_HEADER = "x-scenario"                   # picks a scenario on /v1/*
 POOL_HEADER = "x-trilemma-pool"                  # pins a pool (debugging); in answers: the pool that served
 BATCH_DOCUMENT_HEADER = "x-trilemma-batch-document"  # the summarize job's document, for logs and tracing
+TIMING_HEADER = "x-trilemma-timing"              # "1": a stream's usage event carries its hop times
 
 # Response headers: where a request went and why, and what it cost.
 SCENARIO_ANSWER_HEADER = "x-trilemma-scenario"

@@ -15,7 +15,7 @@ from ray.serve.llm import LLMConfig, build_llm_deployment
 from ray.serve.llm.deployment import LLMServer  # Ray 2.58 warns on the `ray.serve.llm` alias
 
 from autoscaling.control_board import RayControlBoard, concurrency_key, replica_start_key
-from core.config import REPLICA_ROUTERS, AdmissionConfig, ModelSpec, PoolConfig
+from core.config import REPLICA_ROUTERS, AdmissionConfig, ModelSpec, PoolConfig, StreamBatchingConfig
 from core.price_catalog import ReplicaRate
 from core.upstream import ChatCompletionRequest, CompletionRequest, get_logger
 from core.wire import ReplicaStats
@@ -27,7 +27,9 @@ from serving.admission_queue import AdmissionQueue
 from serving.cpu_engine import DtypeChoice, apply_cpu_niceness, read_cpu_flags, with_cpu_dtype
 from serving.engine_activity import EngineActivity
 from serving.latency_window import LatencyWindow
-from serving.request_metering import metered, prompt_tokens_hint
+from serving.request_metering import metered, prompt_tokens_hint, with_timeline
+from serving.request_timeline import RequestTimeline
+from serving.stream_batching import StreamBatching, batched_stream
 from serving.work_share import WorkShare
 
 # Ray's LLM logger: its lines reach the replica logs that Serve collects.
@@ -60,7 +62,7 @@ class PoolServer(LLMServer):
     async def __init__(
         self, llm_config: LLMConfig, *, pool_name: str, replica_rate: dict, admission: dict,
         max_in_engine: int, max_in_engine_ceiling: int | None = None, cpu_niceness: int | None = None,
-        cpu_engine: bool = False, **kwargs: Any
+        cpu_engine: bool = False, stream_batching: dict | None = None, **kwargs: Any
     ) -> None:
         self._constructed_at = time.monotonic()
         # Before the base constructor, which starts the engine: its processes inherit the value.
@@ -74,6 +76,8 @@ class PoolServer(LLMServer):
         self._engine_death: str | None = None  # why the engine died, once it has
         self._max_in_engine = (max_in_engine, max_in_engine_ceiling or max_in_engine)
         self._rate = ReplicaRate(**replica_rate)
+        batching = StreamBatchingConfig(**(stream_batching or {}))
+        self._stream_batching = StreamBatching(batching.interval_ms / 1000, batching.min_streams)
         self._metrics = PoolMetrics(pool_name)
         self._admission = AdmissionQueue(
             pool_name,
@@ -83,8 +87,17 @@ class PoolServer(LLMServer):
         await super().__init__(llm_config, **kwargs)
 
     async def start(self) -> None:
+        started = time.monotonic()
         await super().start()
+        engine_started = time.monotonic()
         await self._warm_up()
+        # Where a replica's start goes, phase by phase: what every scale-up waits for.
+        logger.info(
+            "Pool %s: replica serving %.1f s after it was created: before the engine %.1f s, engine "
+            "start (load, compile, KV cache) %.1f s, warm-up %.1f s", self._pool_name,
+            time.monotonic() - self._constructed_at, started - self._constructed_at,
+            engine_started - started, time.monotonic() - engine_started,
+        )
         # Started after the warm-up: a replica's wall time counts from when it can serve.
         self._activity = EngineActivity()
         self._work = WorkShare()
@@ -120,19 +133,27 @@ class PoolServer(LLMServer):
         if kwargs.get("engine_method") not in ADMITTED_METHODS:  # tokenize and the like: no generation
             return await self._engine_stream(request, kwargs)
         headers = getattr(kwargs.get("raw_request_info"), "headers", None)
-        return self._admitted(request_priority(headers, request), request, kwargs)
+        timeline = RequestTimeline.asked_for(headers)
+        if timeline is not None:
+            timeline.stamp("pool_received")
+        return self._admitted(request_priority(headers, request), request, kwargs, timeline)
 
-    async def _admitted(self, priority: int, request: Any, kwargs: dict[str, Any]) -> AsyncGenerator[Any, None]:
+    async def _admitted(
+        self, priority: int, request: Any, kwargs: dict[str, Any], timeline: RequestTimeline | None,
+    ) -> AsyncGenerator[Any, None]:
         """The request's stream once the admission queue gives it an engine slot, which it
         holds until the stream ends; a shed request raises PoolOverloaded before any chunk."""
         if self._engine_death is not None:
             raise EngineDied(self._pool_name, self._engine_death)
         arrived_at = time.monotonic()
         async with self._admission.slot(priority):
+            if timeline is not None:
+                timeline.stamp("pool_admitted")
             try:
                 # Closed here, not when collected: a client that leaves mid-stream must stop its
                 # engine request before the slot goes to the next one.
-                async with contextlib.aclosing(await self._engine_stream(request, kwargs, arrived_at)) as stream:
+                engine_stream = await self._engine_stream(request, kwargs, arrived_at, timeline)
+                async with contextlib.aclosing(engine_stream) as stream:
                     async for item in stream:
                         # vLLM ends a stream whose engine died with an error event, not an error.
                         if _carries_error_event(item) and await self._probe_engine() is not None:
@@ -166,14 +187,15 @@ class PoolServer(LLMServer):
             raise EngineDied(self._pool_name, self._engine_death)
 
     async def _engine_stream(
-        self, request: Any, kwargs: dict[str, Any], arrived_at: float | None = None
+        self, request: Any, kwargs: dict[str, Any], arrived_at: float | None = None,
+        timeline: RequestTimeline | None = None,
     ) -> AsyncGenerator[Any, None]:
         raw_request_info = kwargs.get("raw_request_info")
         pending = _PendingMeter(functools.partial(
             metered, activity=self._activity, work=self._work, rate=self._rate,
-            latency=self._latency, arrived_at=arrived_at,
+            latency=self._latency, arrived_at=arrived_at, timeline=timeline,
             prompt_tokens=prompt_tokens_hint(raw_request_info and raw_request_info.headers, request),
-        ))
+        ), timeline)
         token = _PENDING_METER.set(pending)
         try:
             stream = await super()._run_request(request, **kwargs)
@@ -183,10 +205,14 @@ class PoolServer(LLMServer):
         return stream if pending.applied else pending.wrap(stream)
 
     def _batch_output_stream(self, generator: AsyncGenerator[Any, None]) -> AsyncGenerator[Any, None]:
+        """In place of Ray's batcher, which holds every chunk, the first too, for its interval."""
         pending = _PENDING_METER.get(None)
         if pending is not None and not pending.applied:
             generator = pending.wrap(generator)
-        return super()._batch_output_stream(generator)
+        batches = batched_stream(generator, self._stream_batching, lambda: self._admission.in_engine)
+        if pending is not None and pending.timeline is not None:
+            batches = with_timeline(batches, pending.timeline)
+        return batches
 
     async def record_autoscaling_stats(self) -> ReplicaStats:
         """What the autoscaler reads from this replica (Ray Serve calls it periodically):
@@ -259,7 +285,6 @@ class PoolServer(LLMServer):
         return count() if callable(count) else None
 
     async def _warm_up(self) -> None:
-        started = time.monotonic()
         model = self._llm_config.model_id
         chat = ChatCompletionRequest(
             model=model, messages=[{"role": "user", "content": "Hello!"}], max_tokens=4, stream=True
@@ -269,14 +294,17 @@ class PoolServer(LLMServer):
             pass
         async for _ in self.engine.completions(completion, None):
             pass
-        logger.info("pool warm-up took %.1f s", time.monotonic() - started)
 
 
 class _PendingMeter:
     """The meter of the request being set up, for the hook that sees its engine stream."""
 
-    def __init__(self, meter: Callable[[AsyncGenerator[Any, None]], AsyncGenerator[Any, None]]) -> None:
+    def __init__(
+        self, meter: Callable[[AsyncGenerator[Any, None]], AsyncGenerator[Any, None]],
+        timeline: RequestTimeline | None = None,
+    ) -> None:
         self._meter = meter
+        self.timeline = timeline
         self.applied = False
 
     def wrap(self, stream: AsyncGenerator[Any, None]) -> AsyncGenerator[Any, None]:
@@ -366,6 +394,7 @@ def build_pool_deployment(
         "admission": pool.admission.model_dump(), "max_in_engine": pool.max_in_engine,
         "max_in_engine_ceiling": max_in_engine_ceiling or pool.max_in_engine,
         "cpu_niceness": pool.cpu_niceness, "cpu_engine": pool.is_cpu,
+        "stream_batching": pool.stream_batching.model_dump(),
     }
     if engine_cls is not None:
         bind_kwargs["engine_cls"] = engine_cls

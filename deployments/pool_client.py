@@ -26,6 +26,7 @@ from core.upstream import (
 from deployments.pool_faults import one_line, replica_failure
 from serving.admission_queue import PoolOverloaded
 from serving.pool_health import PoolHealth
+from serving.request_timeline import RequestTimeline
 
 logger = get_logger(__name__)
 
@@ -58,6 +59,7 @@ class PoolClient:
 
     async def open(
         self, pool: str, call_method: str, body: Any, request: Request, prompt_tokens: int, priority: int,
+        timeline: RequestTimeline | None = None,
     ) -> tuple[Any, AsyncGenerator, float]:
         """Sends the request to the pool: its first item, the stream (from that item on) and
         the time to it, in ms. A replica that is gone raises PoolFailed: safe to send elsewhere."""
@@ -75,9 +77,13 @@ class PoolClient:
         raw_request.headers[wire.PRIORITY_HEADER] = str(priority)  # the pool's queue orders by it
         handle = getattr(self._pools[pool], call_method)
         started = time.perf_counter()
+        if timeline is not None:
+            timeline.stamp("router_sent")
         async with router_request_timeout(self._request_timeout_s):
             try:
                 first, stream = await self._first_item(pool, handle.remote(body, raw_request))
+                if timeline is not None:
+                    timeline.stamp("router_first_item")
             except (ApiError, HTTPException, OpenAIHTTPException, PoolFailed):
                 raise
             except StopAsyncIteration:

@@ -34,6 +34,7 @@ from deployments.pool_watch import PoolWatch
 from deployments.stream_relay import relay
 from serving.cost_profile import CostProfileWatch, apply_cost_profile
 from serving.pool_health import Outage, PoolHealth
+from serving.request_timeline import RequestTimeline
 from serving.routing import RouteDecision, RouteRequest, RoutingPolicy
 from serving.scenarios import apply_profile, normalize_request, requested_max_tokens
 from serving.token_counter import PromptTokenCounter
@@ -157,6 +158,9 @@ class TrilemmaRouter(OpenAiIngress):
         scenario_name = scenario_in_path or request.headers.get(
             wire.SCENARIO_HEADER, self._config.routing.default_scenario
         )
+        timeline = RequestTimeline.asked_for(request.headers)
+        if timeline is not None:
+            timeline.stamp("router_received")
         tenant = "unauthenticated"
         headers: dict[str, str] = {}
         self._pool_watch.start()
@@ -193,7 +197,8 @@ class TrilemmaRouter(OpenAiIngress):
             max_tokens = self._fit_default_budget(body, prompt_tokens, applied)
             headers[wire.PRIORITY_HEADER] = str(scenario.priority)
             response = await self._route_and_forward(
-                body, call_method, request, scenario_name, scenario, tenant, prompt_tokens, max_tokens, headers
+                body, call_method, request, scenario_name, scenario, tenant, prompt_tokens, max_tokens, headers,
+                timeline,
             )
         except ApiError as error:
             # Errors say as much of the route as was decided, like answers do.
@@ -213,6 +218,7 @@ class TrilemmaRouter(OpenAiIngress):
     async def _route_and_forward(
         self, body: Any, call_method: str, request: Request, scenario_name: str, scenario: ScenarioConfig,
         tenant: str, prompt_tokens: int, max_tokens: int, headers: dict[str, str],
+        timeline: RequestTimeline | None,
     ) -> Response:
         """Routes the request and forwards it; a pool that loses its replica before the first
         token is marked down and the request routed again (headers say where it went and why)."""
@@ -232,7 +238,7 @@ class TrilemmaRouter(OpenAiIngress):
             try:
                 return await self._forward(
                     decision.pool, call_method, body, request, prompt_tokens, max_tokens, scenario_name,
-                    scenario, record,
+                    scenario, record, timeline,
                 )
             except PoolFailed as failure:
                 self._health.failed(failure.pool, failure.reason)
@@ -342,9 +348,12 @@ class TrilemmaRouter(OpenAiIngress):
     async def _forward(
         self, pool: str, call_method: str, body: Any, request: Request, prompt_tokens: int,
         max_tokens: int, scenario_name: str, scenario: ScenarioConfig, record: Callable[..., None],
+        timeline: RequestTimeline | None,
     ) -> Response:
         client_wants_usage = bool(body.stream and body.stream_options and body.stream_options.include_usage)
-        first, stream, ttft_ms = await self._pool_client.open(pool, call_method, body, request, prompt_tokens, scenario.priority)
+        first, stream, ttft_ms = await self._pool_client.open(
+            pool, call_method, body, request, prompt_tokens, scenario.priority, timeline
+        )
         first_chunk = first[0] if isinstance(first, list) else first
         if isinstance(first_chunk, ErrorResponse):
             status = int(first_chunk.error.code or 500)
@@ -380,7 +389,7 @@ class TrilemmaRouter(OpenAiIngress):
 
         return StreamingResponse(
             relay(stream, pool, body=body, max_tokens=max_tokens, prompt_tokens=prompt_tokens,
-                  keep_usage=client_wants_usage, on_usage=on_usage, resume=resume),
+                  keep_usage=client_wants_usage, on_usage=on_usage, resume=resume, timeline=timeline),
             media_type="text/event-stream",
             headers={wire.TTFT_HEADER: f"{ttft_ms:.1f}"},
         )

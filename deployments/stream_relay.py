@@ -18,6 +18,7 @@ from core.errors import error_body
 from core.upstream import ChatCompletionRequest, get_logger, openai_json_lines
 from deployments.pool_faults import one_line, replica_failure
 from serving.request_metering import KEEP_EVENT, final_usage, map_events
+from serving.request_timeline import TIMING_KEY, RequestTimeline
 
 logger = get_logger(__name__)
 
@@ -87,10 +88,12 @@ def continuation(body: Any, transcript: StreamTranscript, max_tokens: int) -> An
 async def relay(
     stream: AsyncGenerator, pool: str, *, body: Any, max_tokens: int, prompt_tokens: int,
     keep_usage: bool, on_usage: Callable[[dict[str, Any]], None], resume: Resume | None,
+    timeline: RequestTimeline | None = None,
 ) -> AsyncGenerator[str, None]:
     """SSE packets for the client. The engine's final usage event is reported to `on_usage`
-    and passed on if the client asked; a replica that dies mid-stream is replaced through
-    `resume` (once), and any other failure ends the stream with an error event."""
+    and passed on if the client asked, or asked for the `timeline`, which it then carries;
+    a replica that dies mid-stream is replaced through `resume` (once), and any other failure
+    ends the stream with an error event."""
     transcript = StreamTranscript()
     resumed: Resumed | None = None
 
@@ -105,6 +108,7 @@ async def relay(
         if usage is None:
             transcript.add(event)
             return event if resumed is not None else KEEP_EVENT
+        replica_stamps = usage.pop(TIMING_KEY, None) or {}  # the replica's half of the timeline
         if resumed is not None:
             # The continuation's prompt held the text already sent: count it as generated, once.
             usage["prompt_tokens"] = prompt_tokens
@@ -112,6 +116,11 @@ async def relay(
             usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
             event[RESUMED_KEY] = asdict(resumed)
         on_usage(usage)
+        if timeline is not None:
+            # A resumed answer's replica stamps are the second replica's: with the router's of
+            # the first attempt they would make no timeline at all.
+            event[TIMING_KEY] = {**(replica_stamps if resumed is None else {}), **timeline.stamps}
+            return event
         return event if keep_usage else None
 
     while True:

@@ -12,6 +12,7 @@ request's share of the replica's busy time is priced and written into that usage
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from typing import Any, AsyncGenerator, Callable
@@ -20,6 +21,7 @@ from core import wire
 from core.price_catalog import ReplicaRate
 from serving.engine_activity import EngineActivity
 from serving.latency_window import LatencyWindow
+from serving.request_timeline import TIMING_KEY, RequestTimeline
 from serving.work_share import WorkShare
 
 _DATA = "data: "
@@ -83,11 +85,12 @@ def _is_streamed(item: Any) -> bool:
 async def metered(
     stream: AsyncGenerator[Any, None], *, activity: EngineActivity, work: WorkShare,
     rate: ReplicaRate | None, prompt_tokens: int, latency: LatencyWindow | None = None,
-    arrived_at: float | None = None,
+    arrived_at: float | None = None, timeline: RequestTimeline | None = None,
 ) -> AsyncGenerator[Any, None]:
     """Yields `stream`'s items unchanged except for the final usage, which gains the cost.
     A request that completes is counted in `latency`, with its TTFT (from `arrived_at`, its
-    arrival at the replica, queueing included) and TPOT when it was streamed."""
+    arrival at the replica, queueing included) and TPOT when it was streamed; its first item
+    is stamped on the `timeline` of a request that asked for one."""
     activity.begin()
     share = work.start(prompt_tokens)
     closed = False
@@ -106,6 +109,8 @@ async def metered(
         async for item in stream:
             if _is_streamed(item):
                 first_at = first_at or time.monotonic()
+                if timeline is not None:
+                    timeline.stamp("engine_first_output")
                 work.first_token(share)
                 if not closed:
                     item = [map_events(p, price) if isinstance(p, str) else p for p in item] \
@@ -133,3 +138,26 @@ async def metered(
                 output_tokens=completion_tokens,
             )
         activity.end()
+
+
+async def with_timeline(batches: AsyncGenerator[Any, None], timeline: RequestTimeline) -> AsyncGenerator[Any, None]:
+    """A replica's outgoing stream with the request's stamps: `pool_first_sent` when its first
+    batch leaves, and every stamp of the replica on the usage event as that event leaves (the
+    metering before the batching runs ahead of it, so stamps written there could miss one)."""
+
+    def stamped(event: dict[str, Any]) -> dict[str, Any] | object:
+        usage = final_usage(event)
+        if usage is None:
+            return KEEP_EVENT
+        usage[TIMING_KEY] = dict(timeline.stamps)
+        return event
+
+    def each(packets: Any) -> Any:
+        if isinstance(packets, list):
+            return [map_events(packet, stamped) if isinstance(packet, str) else packet for packet in packets]
+        return map_events(packets, stamped) if isinstance(packets, str) else packets
+
+    async with contextlib.aclosing(batches):
+        async for batch in batches:
+            timeline.stamp("pool_first_sent")
+            yield each(batch)

@@ -141,3 +141,23 @@ def test_bench_run_and_report_against_the_real_app(base_url, api_key, tmp_path):
     for plot in ("latency-vs-throughput.png", "cost-vs-p99.png"):
         assert (tmp_path / "report" / plot).read_bytes().startswith(b"\x89PNG")
     assert "real concurrency 3" in (tmp_path / "report" / "report.md").read_text()
+
+
+def test_the_first_tokens_time_has_a_name_for_every_hop(base_url, api_key, tmp_path):
+    """Real engine: every request brings back every stamp, and with one stream in flight no
+    token waits for a batch window."""
+    from serve_app.cli import main
+    from serving.request_timeline import HOPS
+
+    assert main(["bench", "hops", "--url", base_url, "--concurrency", "1", "--num-prompts", "3",
+                 "--max-tokens", "16", "--warmup", "1", "--out", str(tmp_path), "--name", "hops", "--no-progress",
+                 "--api-key", api_key]) == 0
+    (point,) = json.loads((tmp_path / "hops.json").read_text())["points"]
+    assert point["summary"]["timed"] == 3
+    for record in point["records"]:
+        assert list(record["hops_ms"]) == [hop for hop, _, _ in HOPS]  # every stamp came back
+        assert all(ms > -1.0 for ms in record["hops_ms"].values())  # one host, one clock
+        assert max(record["hops_ms"], key=record["hops_ms"].get) == "engine"
+        # Ray's own batcher held the first token for its whole 50 ms window.
+        assert record["hops_ms"]["stream batching"] < 20.0
+    assert point["summary"]["tokens_per_burst"] < 1.5

@@ -10,7 +10,8 @@ from cluster.pricing import load_catalog, pool_rates
 from core.config import DEFAULT_CONFIG_PATH, ConfigError, CostConfig, TrilemmaConfig
 from core.price_catalog import PriceCatalog, replica_rate
 from serving.engine_activity import EngineActivity
-from serving.request_metering import final_usage, map_events, metered, prompt_tokens_hint
+from serving.request_metering import final_usage, map_events, metered, prompt_tokens_hint, with_timeline
+from serving.request_timeline import TIMING_KEY, RequestTimeline
 from serving.work_share import WorkShare
 from tests.support import ManualClock
 
@@ -109,6 +110,22 @@ async def test_metering_writes_the_cost_into_the_streamed_usage():
     assert set(usage["cost_breakdown_usd"]) == {"hardware", "energy", "premium"}
     assert sum(usage["cost_breakdown_usd"].values()) == pytest.approx(usage["cost_usd"])
     assert items[-1][2] == "data: [DONE]\n\n" and activity.snapshot().busy_s == pytest.approx(3.0)
+
+
+async def test_a_timed_request_carries_every_replica_stamp_on_its_usage_even_in_one_batch():
+    async def engine():  # a one-token answer: its token and its usage leave in one batch
+        yield [sse({"choices": [{"delta": {"content": "Hi"}}]}),
+               sse({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 1}})]
+
+    timeline = RequestTimeline()
+    timeline.stamp("pool_received")
+    metered_stream = metered(engine(), activity=EngineActivity(), work=WorkShare(), rate=None, prompt_tokens=5,
+                             timeline=timeline)
+    (batch,) = [item async for item in with_timeline(metered_stream, timeline)]
+    assert batch[0] == sse({"choices": [{"delta": {"content": "Hi"}}]})  # passed on as it came
+    stamps = json.loads(batch[1][len("data: "):])["usage"][TIMING_KEY]
+    assert list(stamps) == ["pool_received", "engine_first_output", "pool_first_sent"]
+    assert stamps["pool_received"] <= stamps["engine_first_output"] <= stamps["pool_first_sent"]
 
 
 async def test_a_dropped_stream_is_still_charged_and_closes_the_clock():

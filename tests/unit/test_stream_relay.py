@@ -10,6 +10,7 @@ from ray.exceptions import ActorDiedError
 from core.upstream import ChatCompletionRequest, CompletionRequest
 from deployments.pool_faults import EngineDied
 from deployments.stream_relay import RESUMED_KEY, StreamTranscript, continuation, relay
+from serving.request_timeline import TIMING_KEY, RequestTimeline
 
 
 def _chunk(answer_id: str, text: str, *, role: bool = False, finish: str | None = None) -> str:
@@ -129,3 +130,43 @@ async def test_a_failure_of_the_request_itself_is_not_resumed():
     events = await _collect(relay(first, "short", body=_chat(max_tokens=3), max_tokens=3, prompt_tokens=10,
                                   keep_usage=False, on_usage=lambda usage: None, resume=resume))
     assert events[-2]["error"]["message"] == "llm request failed: bad grammar"
+
+
+async def test_a_timed_stream_ends_with_the_replicas_and_the_routers_stamps_on_its_usage_event():
+    usage_event = json.loads(_usage("a", 10, 1).removeprefix("data: "))
+    usage_event["usage"][TIMING_KEY] = {"pool_received": 2.0, "engine_first_output": 3.0}
+    timeline = RequestTimeline()
+    timeline.stamps.update(router_received=1.0, router_first_item=4.0)
+    usages = []
+    packets = [_chunk("a", "one", finish="length"), f"data: {json.dumps(usage_event)}\n\n", "data: [DONE]\n\n"]
+    events = await _collect(relay(_engine(packets), "short", body=_chat(max_tokens=1), max_tokens=1,
+                                  prompt_tokens=10, keep_usage=False, on_usage=usages.append, resume=None,
+                                  timeline=timeline))
+    # Kept although the client did not ask for usage: it asked for the timeline.
+    assert events[-2][TIMING_KEY] == {"pool_received": 2.0, "engine_first_output": 3.0,
+                                      "router_received": 1.0, "router_first_item": 4.0}
+    assert TIMING_KEY not in usages[0] and TIMING_KEY not in events[-2]["usage"]  # accounting sees usage only
+
+
+async def test_an_untimed_stream_drops_stamps_it_did_not_ask_for():
+    usage_event = json.loads(_usage("a", 10, 1).removeprefix("data: "))
+    usage_event["usage"][TIMING_KEY] = {"pool_received": 2.0}
+    packets = [_chunk("a", "one", finish="length"), f"data: {json.dumps(usage_event)}\n\n", "data: [DONE]\n\n"]
+    events = await _collect(relay(_engine(packets), "short", body=_chat(max_tokens=1), max_tokens=1,
+                                  prompt_tokens=10, keep_usage=True, on_usage=lambda usage: None, resume=None))
+    assert TIMING_KEY not in events[-2] and TIMING_KEY not in events[-2]["usage"]
+
+
+async def test_a_resumed_timed_stream_keeps_only_the_routers_stamps():
+    async def resume(following, reason):
+        usage_event = json.loads(_usage("b", 12, 1).removeprefix("data: "))
+        usage_event["usage"][TIMING_KEY] = {"pool_received": 9.0}  # the second replica's
+        return "long", _engine([_chunk("b", " two", finish="length"), f"data: {json.dumps(usage_event)}\n\n"])
+
+    timeline = RequestTimeline()
+    timeline.stamps.update(router_received=1.0, router_first_item=2.0)
+    first = _engine([_chunk("a", "one", role=True)], then=ActorDiedError())
+    events = await _collect(relay(first, "short", body=_chat(max_tokens=2), max_tokens=2, prompt_tokens=10,
+                                  keep_usage=False, on_usage=lambda usage: None, resume=resume, timeline=timeline))
+    (usage_event,) = [event for event in events if isinstance(event, dict) and "usage" in event]
+    assert usage_event[TIMING_KEY] == {"router_received": 1.0, "router_first_item": 2.0}

@@ -7,8 +7,8 @@ from core import wire
 
 
 def test_headers_and_paths_are_the_published_ones():
-    assert (wire.SCENARIO_HEADER, wire.POOL_HEADER, wire.BATCH_DOCUMENT_HEADER) == (
-        "x-scenario", "x-trilemma-pool", "x-trilemma-batch-document")
+    assert (wire.SCENARIO_HEADER, wire.POOL_HEADER, wire.BATCH_DOCUMENT_HEADER, wire.TIMING_HEADER) == (
+        "x-scenario", "x-trilemma-pool", "x-trilemma-batch-document", "x-trilemma-timing")
     assert (wire.SCENARIO_ANSWER_HEADER, wire.ROUTE_REASON_HEADER, wire.PROMPT_TOKENS_HEADER,
             wire.ADJUSTMENTS_HEADER, wire.COST_PROFILE_HEADER, wire.COST_HEADER, wire.TTFT_HEADER,
             wire.PRIORITY_HEADER) == (

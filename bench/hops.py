@@ -1,0 +1,148 @@
+"""`trilemma bench hops`: where the first token's time goes on its way through the running app,
+and how the tokens after it arrive.
+
+Every request asks the app for its timeline (`x-trilemma-timing: 1`); with the client's own
+send time and the first token's arrival, the time to first token splits into named hops
+(serving.request_timeline.HOPS): the proxy, the router, the call to the pool replica, its
+admission queue, the engine, the replica's stream batching, the way back. The hops of one
+request add up to its time to first token, so nothing is left unnamed. Beside them: the
+gaps between the events the client receives, and how many tokens arrive in one burst.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from bench import machine
+from bench.app_ready import wait_until_serving
+from bench.arrivals import LoadShape
+from bench.cli_common import add_api_key_arg, add_output_args, command_line, fail, shown_path
+from bench.datasets import random_dataset
+from bench.load_generator import run_load
+from bench.metrics import RequestRecord, percentile
+from bench.result_files import write_json
+from serving.request_timeline import HOPS
+
+# Events that reach the client closer together than this came in one burst: held and sent
+# together somewhere on the way (each event still carries one token).
+BURST_GAP_S = 0.001
+
+
+def hop_summary(records: list[RequestRecord]) -> dict[str, Any]:
+    """Per hop, and for the whole time to first token: p50, p99 and mean in ms, over the
+    requests that brought back every stamp; and the client's view of the stream after it."""
+    timed = [r for r in records if r.ok and r.hops_ms and len(r.hops_ms) == len(HOPS)]
+    hops = {}
+    for hop, _, _ in HOPS:
+        values = [r.hops_ms[hop] for r in timed]
+        hops[hop] = _stats(values)
+    ttft = [r.ttft_s * 1000 for r in timed if r.ttft_s is not None]
+    gaps = [gap * 1000 for r in records if r.ok for gap in r.itl_s]
+    bursts = [(1 + sum(gap > BURST_GAP_S for gap in r.itl_s), r.completion_tokens)
+              for r in records if r.ok and r.ttft_s is not None]
+    return {
+        "requests": len(records),
+        "timed": len(timed),
+        "hops_ms": hops,
+        "ttft_ms": _stats(ttft),
+        "sum_of_hop_medians_ms": sum(stats["p50"] for stats in hops.values()) if timed else None,
+        "chunk_gap_ms": _stats(gaps),
+        "tokens_per_burst": statistics.fmean(tokens / count for count, tokens in bursts) if bursts else None,
+    }
+
+
+def _stats(values: list[float]) -> dict[str, float | None]:
+    if not values:
+        return {"p50": None, "p99": None, "mean": None}
+    return {"p50": percentile(values, 50), "p99": percentile(values, 99), "mean": statistics.fmean(values)}
+
+
+async def measure(
+    url: str, model: str, concurrency: int, num_prompts: int, max_tokens: int, *, warmup: int,
+    seed: int, api_key: str | None, progress: bool,
+) -> list[RequestRecord]:
+    """`num_prompts` random prompts (at least two waves of `concurrency`) at `concurrency` in
+    flight, each generating `max_tokens`."""
+    num_prompts = max(num_prompts, 2 * concurrency)
+    prompts = [replace(p, extra={"ignore_eos": True})
+               for p in random_dataset(warmup + num_prompts, min_words=32, max_words=256,
+                                       max_tokens=max_tokens, seed=seed + concurrency)]
+    if warmup:
+        await run_load(url, prompts[:warmup], LoadShape(concurrency=warmup), model=model, progress=False,
+                       api_key=api_key)
+    records, _ = await run_load(url, prompts[warmup:], LoadShape(concurrency=concurrency), model=model,
+                                progress=progress, label=f"{concurrency} in flight", api_key=api_key, timing=True)
+    return records
+
+
+def markdown(result: dict[str, Any]) -> str:
+    lines = [f"# {result['name']}", "", f"Command: `{result['command']}`", "",
+             f"{result['url']} ({result['machine']}), {result['max_tokens']} tokens per answer. "
+             "Milliseconds, p50 / p99.", ""]
+    points = result["points"]
+    header = "| hop | " + " | ".join(f"{p['concurrency']} in flight" for p in points) + " |"
+    lines += [header, "| --- |" + " --- |" * len(points)]
+
+    def cell(stats: dict[str, float | None]) -> str:
+        return "-" if stats["p50"] is None else f"{stats['p50']:.1f} / {stats['p99']:.1f}"
+
+    for hop, _, _ in HOPS:
+        lines.append(f"| {hop} | " + " | ".join(cell(p["summary"]["hops_ms"][hop]) for p in points) + " |")
+    lines.append("| **time to first token** | "
+                 + " | ".join(f"**{cell(p['summary']['ttft_ms'])}**" for p in points) + " |")
+    lines.append("| gap between chunks | " + " | ".join(cell(p["summary"]["chunk_gap_ms"]) for p in points) + " |")
+    lines.append("| tokens per burst (mean) | " + " | ".join(
+        "-" if p["summary"]["tokens_per_burst"] is None else f"{p['summary']['tokens_per_burst']:.2f}"
+        for p in points) + " |")
+    lines += ["", "Requests timed / sent: " + ", ".join(
+        f"{p['summary']['timed']}/{p['summary']['requests']} at {p['concurrency']}" for p in points) + "."]
+    return "\n".join(lines) + "\n"
+
+
+def add_hops_command(sub: argparse._SubParsersAction) -> None:
+    hops = sub.add_parser("hops", help="the first token's time through the running app, hop by hop, "
+                                       "and the chunks after it", allow_abbrev=False)
+    hops.add_argument("--url", default="http://127.0.0.1:8000", help="the running app (without /v1)")
+    add_api_key_arg(hops)
+    hops.add_argument("--concurrency", default="1,4", help="requests in flight, comma-separated load points")
+    hops.add_argument("--num-prompts", type=int, default=24,
+                      help="requests per load point (at least twice the requests in flight)")
+    hops.add_argument("--max-tokens", type=int, default=64, help="tokens every answer generates")
+    hops.add_argument("--warmup", type=int, default=2)
+    hops.add_argument("--seed", type=int, default=0)
+    hops.add_argument("--ready-timeout-s", type=float, default=900.0,
+                      help="how long to wait for every pool to have a replica serving")
+    add_output_args(hops, "hops")
+    hops.set_defaults(func=bench_hops)
+
+
+def bench_hops(args: argparse.Namespace) -> int:
+    try:
+        levels = [int(value) for value in args.concurrency.split(",")]
+        model = wait_until_serving(args.url, args.ready_timeout_s)
+    except ValueError as error:
+        return fail(error)
+    points = []
+    for concurrency in levels:
+        records = asyncio.run(measure(args.url, model, concurrency, args.num_prompts, args.max_tokens,
+                                      warmup=args.warmup, seed=args.seed, api_key=args.api_key,
+                                      progress=not args.no_progress))
+        # Each request's hops and TTFT; its gaps between chunks only in the summary (they are many).
+        points.append({"concurrency": concurrency, "summary": hop_summary(records),
+                       "records": [{key: value for key, value in r.to_dict().items() if key != "itl_s"}
+                                   for r in records]})
+    name = args.name or "hops"
+    result = {"name": name, "command": command_line(args), "url": args.url, "machine": machine.describe(),
+              "max_tokens": args.max_tokens, "points": points}
+    json_path = write_json(result, Path(args.out), name)
+    md_path = json_path.with_suffix(".md")
+    md_path.write_text(markdown(result))
+    print(md_path.read_text())
+    print(f"results: {shown_path(json_path)}, {shown_path(md_path)}")
+    untimed = [p["concurrency"] for p in points if p["summary"]["timed"] < p["summary"]["requests"]]
+    return 1 if untimed else 0

@@ -1,0 +1,60 @@
+"""Where a streamed answer's first token spends its time, hop by hop.
+
+A client that sends `x-trilemma-timing: 1` gets, on its stream's usage event, the wall-clock
+times (Unix seconds) at which its request passed each point of the app:
+
+    "trilemma_timing": {"router_received": ..., "router_sent": ..., "pool_received": ...,
+                        "pool_admitted": ..., "engine_first_output": ..., "pool_first_sent": ...,
+                        "router_first_item": ...}
+
+With its own send time and the arrival of the first token, the differences name every
+millisecond of the time to first token (`HOPS`). The stamps of one host share its clock;
+across hosts a hop also holds the hosts' clock offset.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Mapping
+
+from core.wire import TIMING_HEADER
+
+# The key of the stamps on the stream's usage event.
+TIMING_KEY = "trilemma_timing"
+# The client's own stamps, as `hops_ms` reads them.
+CLIENT_SENT, CLIENT_FIRST_TOKEN = "client_sent", "client_first_token"
+
+# The first token's way, in order: (hop, from stamp, to stamp).
+HOPS = (
+    ("proxy in", CLIENT_SENT, "router_received"),
+    ("router", "router_received", "router_sent"),
+    ("router to replica", "router_sent", "pool_received"),
+    ("admission queue", "pool_received", "pool_admitted"),
+    ("engine", "pool_admitted", "engine_first_output"),
+    ("stream batching", "engine_first_output", "pool_first_sent"),
+    ("replica to router", "pool_first_sent", "router_first_item"),
+    ("router to client", "router_first_item", CLIENT_FIRST_TOKEN),
+)
+
+
+class RequestTimeline:
+    """The stamps one process takes of one request; the first stamp of a name stands."""
+
+    def __init__(self) -> None:
+        self.stamps: dict[str, float] = {}
+
+    @classmethod
+    def asked_for(cls, headers: Mapping[str, str] | None) -> RequestTimeline | None:
+        """A timeline when the request asked for one (the header, sent on by the router)."""
+        return cls() if (headers or {}).get(TIMING_HEADER) == "1" else None
+
+    def stamp(self, name: str) -> None:
+        self.stamps.setdefault(name, time.time())
+
+
+def hops_ms(stamps: Mapping[str, float]) -> dict[str, float]:
+    """Each hop's milliseconds, for the hops whose two stamps are there."""
+    return {
+        hop: (stamps[end] - stamps[start]) * 1000
+        for hop, start, end in HOPS if start in stamps and end in stamps
+    }

@@ -1,0 +1,56 @@
+"""A request's hop times: asked for by header, stamped once per point, added up to its TTFT."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.hops import hop_summary
+from bench.metrics import RequestRecord
+from core import wire
+from serving import request_timeline
+from serving.request_timeline import CLIENT_FIRST_TOKEN, CLIENT_SENT, HOPS, RequestTimeline, hops_ms
+
+
+def test_only_a_request_that_asks_gets_a_timeline():
+    assert RequestTimeline.asked_for({wire.TIMING_HEADER: "1"}) is not None
+    assert RequestTimeline.asked_for({}) is None and RequestTimeline.asked_for(None) is None
+
+
+def test_the_first_stamp_of_a_point_stands(monkeypatch):
+    clock = iter([10.0, 11.0])
+    monkeypatch.setattr(request_timeline.time, "time", lambda: next(clock))
+    timeline = RequestTimeline()
+    timeline.stamp("engine_first_output")
+    timeline.stamp("engine_first_output")
+    assert timeline.stamps == {"engine_first_output": 10.0}
+
+
+def test_the_hops_follow_each_other_and_add_up_to_the_time_to_first_token():
+    names = [start for _, start, _ in HOPS] + [HOPS[-1][2]]
+    assert names[0] == CLIENT_SENT and names[-1] == CLIENT_FIRST_TOKEN
+    assert all(HOPS[i][2] == HOPS[i + 1][1] for i in range(len(HOPS) - 1))  # no gap, no overlap
+    stamps = {name: 100.0 + 0.01 * index for index, name in enumerate(names)}
+    hops = hops_ms(stamps)
+    assert list(hops) == [hop for hop, _, _ in HOPS]
+    assert sum(hops.values()) == pytest.approx((stamps[CLIENT_FIRST_TOKEN] - stamps[CLIENT_SENT]) * 1000)
+
+
+def test_a_missing_stamp_leaves_out_only_its_hops():
+    stamps = {name: 1.0 for _, start, end in HOPS for name in (start, end)}
+    del stamps["pool_admitted"]
+    assert set(hops_ms(stamps)) == {hop for hop, _, _ in HOPS} - {"admission queue", "engine"}
+
+
+def test_the_summary_counts_only_requests_with_every_hop():
+    full = {hop: 2.0 for hop, _, _ in HOPS}
+    records = [
+        RequestRecord("chat", 0.0, 1.0, ttft_s=0.016, completion_tokens=4, itl_s=[0.01, 0.01, 0.01], hops_ms=full),
+        RequestRecord("chat", 0.0, 1.0, ttft_s=0.5, completion_tokens=4, itl_s=[0.0001, 0.05, 0.0001],
+                      hops_ms={"router": 1.0}),
+    ]
+    summary = hop_summary(records)
+    assert (summary["requests"], summary["timed"]) == (2, 1)
+    assert summary["hops_ms"]["engine"]["p50"] == 2.0
+    assert summary["sum_of_hop_medians_ms"] == 2.0 * len(HOPS)
+    assert summary["ttft_ms"]["p50"] == pytest.approx(16.0)
+    assert summary["tokens_per_burst"] == pytest.approx((1.0 + 2.0) / 2)  # 4 tokens in 4 bursts, in 2

@@ -1,0 +1,52 @@
+"""The comparison with plain vLLM: the same engine settings as flags, pooled rounds, the targets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bench.vs_vllm import judged, pooled, vllm_serve_argv
+
+
+def test_the_pools_engine_arguments_reach_vllm_serve_through_its_config_file(tmp_path):
+    engine_kwargs = {"max_model_len": 2048, "enable_prefix_caching": False, "enforce_eager": True,
+                     "scheduling_policy": "priority", "compilation_config": {"level": 0}}
+    argv = vllm_serve_argv(engine_kwargs, "/models/smol", "SmolLM2", 8100, tmp_path / "serve.yaml")
+    assert argv[argv.index("serve") + 1] == "/models/smol"
+    assert argv[argv.index("--served-model-name") + 1] == "SmolLM2"
+    assert yaml.safe_load(Path(argv[argv.index("--config") + 1]).read_text()) == {
+        "max-model-len": 2048, "enable-prefix-caching": False, "enforce-eager": True,
+        "scheduling-policy": "priority", "compilation-config": {"level": 0}}
+
+
+def _run(ttfts, itls, output_lens, throughput, errors=None):
+    errors = errors or [""] * len(ttfts)
+    return {"completed": errors.count(""), "failed": len(errors) - errors.count(""), "ttfts": ttfts, "itls": itls,
+            "output_lens": output_lens, "output_throughput": throughput, "errors": errors}
+
+
+def test_rounds_are_pooled_per_request_in_ms():
+    summary = pooled([_run([0.1, 0.2], [[0.01, 0.03], [0.02, 0.02]], [3, 3], 50.0),
+                      _run([0.3, 0.9], [[0.04, 0.04], [0.5]], [3, 0], 70.0, errors=["", "cut off"])])
+    assert summary["requests"] == 4 and summary["failed"] == 1  # the failed one's gaps are not counted
+    assert summary["ttft_ms"]["p50"] == pytest.approx(200.0)
+    assert summary["tpot_ms"]["p50"] == pytest.approx(20.0)  # (10 + 30) / 2, (20 + 20) / 2, (40 + 40) / 2
+    assert summary["itl_ms"]["p99"] == pytest.approx(40.0)
+    assert summary["output_tps"] == pytest.approx(60.0)  # the median round
+
+
+def _arm(ttft_p50, ttft_p99, itl_p99, tps):
+    return {"ttft_ms": {"p50": ttft_p50, "p99": ttft_p99}, "itl_ms": {"p99": itl_p99}, "output_tps": tps}
+
+
+def test_latency_targets_apply_up_to_16_in_flight_and_throughput_from_64():
+    vllm = _arm(100.0, 200.0, 10.0, 1000.0)
+    within = judged(16, vllm, _arm(105.0, 219.0, 14.9, 900.0))
+    assert all(within["targets"].values()) and len(within["targets"]) == 3
+    over = judged(1, vllm, _arm(105.1, 221.0, 15.1, 1000.0))
+    assert not any(over["targets"].values())
+    busy = judged(256, vllm, _arm(900.0, 900.0, 90.0, 969.0))
+    assert busy["targets"] == {"output tok/s at least 0.97x plain": False}
+    assert judged(32, vllm, _arm(900.0, 900.0, 90.0, 969.0))["targets"] == {}
