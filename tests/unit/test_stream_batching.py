@@ -24,6 +24,16 @@ async def _tokens(count: int, every_s: float, *, fail_after: int | None = None):
         yield f"t{index}"
 
 
+async def _endless(closed: asyncio.Event):
+    """A source that never ends by itself; `closed` is set once it was stopped."""
+    try:
+        while True:
+            await asyncio.sleep(0.01)
+            yield "t"
+    finally:
+        closed.set()
+
+
 async def _arrivals(stream) -> list[tuple[float, list[str]]]:
     started = time.monotonic()
     return [(time.monotonic() - started, batch) async for batch in stream]
@@ -75,16 +85,8 @@ def test_an_error_comes_after_the_tokens_before_it():
 def test_closing_the_stream_stops_the_source_before_it_returns():
     closed = asyncio.Event()
 
-    async def endless():
-        try:
-            while True:
-                await asyncio.sleep(0.01)
-                yield "t"
-        finally:
-            closed.set()
-
     async def leave_after_one():
-        stream = batched_stream(endless(), StreamBatching(WINDOW_S, 1), lambda: 0)
+        stream = batched_stream(_endless(closed), StreamBatching(WINDOW_S, 1), lambda: 0)
         await anext(stream)
         await stream.aclose()
         return closed.is_set()  # set by the time aclose returned: the engine request is aborted
@@ -96,21 +98,14 @@ def test_a_cancelled_consumer_stops_the_source_and_stays_cancelled():
     """What Ray Serve does to a request whose client disconnected."""
     closed = asyncio.Event()
 
-    async def endless():
-        try:
-            while True:
-                await asyncio.sleep(0.01)
-                yield "t"
-        finally:
-            closed.set()
-
     async def consume(stream):
         async with contextlib.aclosing(stream):
             async for _ in stream:
                 pass
 
     async def cancel_mid_stream():
-        consumer = asyncio.create_task(consume(batched_stream(endless(), StreamBatching(WINDOW_S, 1), lambda: 0)))
+        stream = batched_stream(_endless(closed), StreamBatching(WINDOW_S, 1), lambda: 0)
+        consumer = asyncio.create_task(consume(stream))
         await asyncio.sleep(0.05)
         consumer.cancel()
         with pytest.raises(asyncio.CancelledError):
