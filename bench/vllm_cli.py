@@ -8,11 +8,17 @@ Usage: `trilemma-vllm bench serve --base-url ... [vllm's arguments]`.
 from __future__ import annotations
 
 import importlib.metadata as metadata
+import os
 import sys
 
 
 def main() -> None:
     real_version = metadata.version
+    try:
+        real_version("vllm")
+    except metadata.PackageNotFoundError:
+        # vLLM finds its CPU platform by "cpu" in its own version, which the answer below lacks.
+        os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
 
     def version(name: str) -> str:
         if name == "vllm":
