@@ -29,6 +29,7 @@ import httpx
 import yaml
 
 from bench import machine
+from bench.app_ready import wait_until_serving
 from bench.cli_common import add_app_args, add_output_args, app_config, command_line, fail, shown_path
 from bench.metrics import percentile
 from bench.result_files import write_json
@@ -194,6 +195,8 @@ def run_comparison(
 
     def start_app(stack: contextlib.ExitStack) -> None:
         started = time.monotonic()
+        if app_url:  # an app started elsewhere may still be starting its pools
+            wait_until_serving(app_url, timeout_s)
         urls["app"] = app_url or stack.enter_context(deployed(config))
         if not app_url:
             ready_s["app"] = time.monotonic() - started
