@@ -230,7 +230,9 @@ def run_comparison(
     for concurrency in levels:
         arms = {arm: pooled(runs[(arm, concurrency)]) for arm in ARMS}
         points.append({"concurrency": concurrency, **arms, **judged(concurrency, arms["vllm"], arms["app"])})
-    return {"pool": pool, "engine_kwargs": engine_kwargs, "env": env, "vllm_command": argv[3:],
+    # As results show it: no folder of the machine it ran on.
+    shown = [arg.replace(str(workdir), "<workdir>").replace(str(Path.home()), "~") for arg in argv[3:]]
+    return {"pool": pool, "engine_kwargs": engine_kwargs, "env": env, "vllm_command": shown,
             "order": "sequential" if sequential else "ABBA", "vllm_ready_s": ready_s["vllm"],
             "app_ready_s": ready_s["app"], "points": points}
 
