@@ -26,7 +26,7 @@ __all__ = [
     "ARRIVAL_HEADROOM", "AlertsConfig", "CONFIG_DIR", "DEFAULT_CONFIG_PATH", "PROJECT_ROOT", "DEFAULT_QUEUE_SHARE", "REPLICA_ROUTERS",
     "AdmissionConfig", "AutoscalingConfig", "ConfigError", "CostConfig", "HttpConfig", "LocalRayConfig",
     "ModelSpec", "PoolConfig", "PoolScalingConfig", "RouterConfig", "RoutingConfig", "ScenarioConfig",
-    "StreamBatchingConfig", "StrictModel", "TenantsConfig", "TrilemmaConfig", "resolve_config_path",
+    "StreamBatchingConfig", "StrictModel", "TenantsConfig", "TransportConfig", "TrilemmaConfig", "resolve_config_path",
 ]
 
 # The folder that holds serve_app/: the repository root, or site-packages once installed.
@@ -155,6 +155,24 @@ class HttpConfig(StrictModel):
     port: int = Field(8000, ge=1, le=65535, description="Port the HTTP proxy listens on.")
 
 
+class TransportConfig(StrictModel):
+    ingress: Literal["haproxy", "serve_proxy"] = Field(
+        "haproxy",
+        description="`haproxy`: HAProxy on each node forwards HTTP straight to a router replica; "
+        "`serve_proxy`: Ray Serve's Python proxy does (one more hop in Python for every token).",
+    )
+    throughput_optimized: bool = Field(
+        True,
+        description="Ray Serve's fast path between deployments: gRPC instead of the object store, "
+        "user code on the replica's own event loop, the garbage collector frozen after start.",
+    )
+    ingress_drain_s: NonNegativeFloat = Field(
+        2.0,
+        description="With `haproxy`: how long a stopping router still answers, so HAProxy stops "
+        "sending it requests first (Ray's default of 30 s is meant for outside load balancers).",
+    )
+
+
 class CostConfig(StrictModel):
     catalog: str | None = Field(
         None, description="Price catalog YAML; null: the one this package ships (core/prices.yaml)."
@@ -195,6 +213,9 @@ class TrilemmaConfig(StrictModel):
     alerts: AlertsConfig = Field(default_factory=AlertsConfig, description="Thresholds of the Prometheus alert rules.")
     local_ray: LocalRayConfig = Field(default_factory=LocalRayConfig, description="The Ray the app starts when none runs.")
     http: HttpConfig = Field(default_factory=HttpConfig, description="Where Ray Serve's HTTP proxy listens.")
+    transport: TransportConfig = Field(
+        default_factory=TransportConfig, description="How requests and tokens travel between Ray Serve's processes."
+    )
 
     @model_validator(mode="after")
     def _names_and_references(self) -> TrilemmaConfig:

@@ -16,6 +16,7 @@ from ray import serve
 from core.config import TrilemmaConfig
 from serve_app.app import build_app
 from serve_app.ray_driver import RAY_SUBREAPER_ENV, init_ray
+from serve_app.transport import apply_transport_env
 from serving.engine_processes import orphaned_engines
 
 logger = logging.getLogger(__name__)
@@ -24,13 +25,15 @@ DRAIN_MARGIN_S = 15.0
 
 
 def ensure_ray(config: TrilemmaConfig) -> None:
-    """Joins the cluster named by RAY_ADDRESS, or starts a local one sized by `local_ray`."""
+    """Joins the cluster named by RAY_ADDRESS, or starts a local one sized by `local_ray` with
+    the `transport` the config asks for (a joined cluster has its own: serve_app.transport)."""
     if ray.is_initialized():
         return
     if os.environ.get("RAY_ADDRESS"):
         init_ray()
     else:
         os.environ.setdefault(RAY_SUBREAPER_ENV, "true")
+        logger.info("Ray Serve transport: %s", apply_transport_env(config.transport))
         init_ray(num_cpus=config.local_ray.num_cpus,
                  _metrics_export_port=config.local_ray.metrics_export_port)
 

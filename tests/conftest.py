@@ -10,7 +10,8 @@ import pytest
 from core.model_store import default_cache_dir, prepare_embedded_model
 from serve_app.launcher import reap_orphaned_engines
 from serve_app.ray_driver import RAY_SUBREAPER_ENV, init_ray
-from tests.support import METRICS_TEST_PORT
+from serve_app.transport import apply_transport_env
+from tests.support import METRICS_TEST_PORT, config_for_tests
 
 
 @pytest.fixture(scope="session")
@@ -29,6 +30,7 @@ def ray_cluster():
         # builders query the cluster. The app tiers need the one sized like `local_ray`.
         ray.shutdown()
     os.environ.setdefault(RAY_SUBREAPER_ENV, "true")  # as the app's own Ray has it
+    apply_transport_env(config_for_tests().transport)  # and the transport it starts with
     init_ray(num_cpus=4, include_dashboard=False, _metrics_export_port=METRICS_TEST_PORT)
     yield
     serve.shutdown()

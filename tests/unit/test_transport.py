@@ -1,0 +1,72 @@
+"""Ray Serve's transport: what each `transport` setting puts into the environment of the Ray the
+app starts, that an operator's own setting wins, and that the cluster configs (whose Ray the
+app joins) carry the default one."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import yaml
+
+from core.config import ConfigError, TransportConfig
+from serve_app.transport import apply_transport_env, transport_env
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_default_is_haproxy_with_the_fast_path_between_deployments():
+    assert transport_env(TransportConfig()) == {
+        "RAY_SERVE_THROUGHPUT_OPTIMIZED": "1",
+        "RAY_SERVE_LOG_TO_STDERR": "1",
+        "RAY_SERVE_ENABLE_HA_PROXY": "1",
+        "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "2",
+    }
+
+
+def test_the_serve_proxy_keeps_direct_ingress_off_even_on_the_fast_path():
+    env = transport_env(TransportConfig(ingress="serve_proxy"))
+    assert env["RAY_SERVE_ENABLE_HA_PROXY"] == "0"
+    assert env["RAY_SERVE_ENABLE_DIRECT_INGRESS"] == "0"
+    assert transport_env(TransportConfig(ingress="serve_proxy", throughput_optimized=False)) == {
+        "RAY_SERVE_THROUGHPUT_OPTIMIZED": "0",
+        "RAY_SERVE_ENABLE_HA_PROXY": "0",
+        "RAY_SERVE_ENABLE_DIRECT_INGRESS": "0",
+    }
+
+
+def test_an_operators_own_setting_is_kept(monkeypatch):
+    for name in transport_env(TransportConfig()):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("RAY_SERVE_ENABLE_HA_PROXY", "0")
+    in_force = apply_transport_env(TransportConfig(ingress_drain_s=5))
+    assert in_force["RAY_SERVE_ENABLE_HA_PROXY"] == "0"
+    assert in_force["RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S"] == "5"
+
+
+def test_an_unknown_ingress_is_refused_with_the_choices():
+    try:
+        TransportConfig(ingress="nginx")
+    except ValueError as error:
+        assert "haproxy" in str(error) and "serve_proxy" in str(error)
+    else:
+        raise AssertionError("an unknown ingress was accepted")
+
+
+def test_the_cluster_configs_start_ray_with_the_default_transport():
+    expected = transport_env(TransportConfig())
+    dockerfile = (ROOT / "cluster" / "kuberay" / "Dockerfile").read_text().replace("\\\n", " ")
+    env_line = next(line for line in dockerfile.splitlines() if line.startswith("ENV "))
+    assert dict(re.findall(r"(\w+)=(\S+)", env_line)) == expected
+    launcher = yaml.safe_load((ROOT / "cluster" / "aws.yaml").read_text())
+    options = [o.removeprefix("--env ") for o in launcher["docker"]["run_options"] if o.startswith("--env ")]
+    assert dict(o.split("=", 1) for o in options) == expected
+
+
+def test_the_config_rejects_unknown_transport_keys():
+    try:
+        TransportConfig.model_validate({"ingress": "haproxy", "grpc": True})
+    except (ValueError, ConfigError) as error:
+        assert "grpc" in str(error)
+    else:
+        raise AssertionError("an unknown key was accepted")
