@@ -16,6 +16,8 @@ class PoolBounds:
     slo_ttft_s: float | None = None
     slo_tpot_s: float | None = None
     idle_to_zero_after_s: float | None = None
+    # Its idle engines sleep (pools.<name>.sleep_when_idle): an idle pool sleeps instead of going.
+    sleeps_when_idle: bool = False
     # Scale down for low utilization only under this request rate; None: utilization decides.
     scale_down_below_requests_per_s: float | None = None
     max_in_engine: int = 1  # a replica's engine concurrency as configured
@@ -35,6 +37,7 @@ def pool_bounds(config: TrilemmaConfig) -> dict[str, PoolBounds]:
             slo_ttft_s=min(ttft) / 1000 if ttft else None,
             slo_tpot_s=min(tpot) / 1000 if tpot else None,
             idle_to_zero_after_s=scaling.idle_to_zero_after_s if scaling else None,
+            sleeps_when_idle=pool.sleep_when_idle.after_s is not None,
             scale_down_below_requests_per_s=scaling.scale_down_below_requests_per_s if scaling else None,
             max_in_engine=pool.max_in_engine,
             raise_concurrency=scaling.raise_concurrency if scaling else None,

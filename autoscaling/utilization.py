@@ -1,4 +1,5 @@
-"""Scale down pools whose engines sit mostly idle; an idle pool allowed zero replicas goes."""
+"""Scale down pools whose engines sit mostly idle; an idle pool allowed zero replicas goes,
+unless its engines sleep when idle: then it stays, asleep."""
 
 from __future__ import annotations
 
@@ -32,10 +33,18 @@ class UtilizationPolicy(ScalingPolicy, name="utilization"):
             if (current == 1 and bounds.min_replicas == 0 and bounds.idle_to_zero_after_s is not None
                     and pool_state.idle_since is not None
                     and fleet.now - pool_state.idle_since >= bounds.idle_to_zero_after_s):
+                idle_for = f"no request for {fleet.now - pool_state.idle_since:.0f} s"
+                if bounds.sleeps_when_idle:
+                    # Asleep, its GPU memory is free already, and the next request waits for a
+                    # wake of seconds; gone, it would wait for a cold start of minutes.
+                    decisions.append(ScalingDecision(
+                        pool, current, current, self.name,
+                        f"{idle_for}: its engine sleeps instead of going (sleep_when_idle): holding",
+                    ))
+                    continue
                 decisions.append(ScalingDecision(
                     pool, current, 0, self.name,
-                    f"no request for {fleet.now - pool_state.idle_since:.0f} s "
-                    f"(idle_to_zero_after_s {bounds.idle_to_zero_after_s:.0f})",
+                    f"{idle_for} (idle_to_zero_after_s {bounds.idle_to_zero_after_s:.0f})",
                 ))
                 continue
             floor = max(bounds.min_replicas, 1)

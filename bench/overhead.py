@@ -29,7 +29,7 @@ from bench.sweep import Knob
 from core.config import TrilemmaConfig
 from core.model_store import resolve_model_source
 from core.upstream import OpenAiIngress, make_fastapi_ingress, to_model_metadata
-from deployments.pool import deployment_name, llm_config_for_pool
+from deployments.pool_deployment import deployment_name, llm_config_for_pool
 from serve_app.launcher import deployed
 
 DIRECT_APP = "trilemma-direct"

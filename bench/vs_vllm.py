@@ -53,7 +53,7 @@ def vllm_serve_argv(engine_kwargs: dict[str, Any], model_source: str, served_nam
 
 def pool_engine(config: TrilemmaConfig, pool: str, model_source: str) -> tuple[dict[str, Any], dict[str, str]]:
     """The pool engine's arguments and environment, as the app gives them to it."""
-    from deployments.pool import llm_config_for_pool  # Ray Serve LLM: loaded when a comparison runs
+    from deployments.pool_deployment import llm_config_for_pool  # Ray Serve LLM: loaded when a comparison runs
 
     llm_config = llm_config_for_pool(pool, config.pools[pool], config.model, model_source)
     engine_kwargs = dict(llm_config.engine_kwargs)

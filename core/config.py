@@ -18,13 +18,14 @@ from core.pool_config import (
     DEFAULT_QUEUE_SHARE,
     REPLICA_ROUTERS,
     AdmissionConfig,
+    IdleSleepConfig,
     PoolConfig,
     StreamBatchingConfig,
 )
 
 __all__ = [
     "ARRIVAL_HEADROOM", "AlertsConfig", "CONFIG_DIR", "DEFAULT_CONFIG_PATH", "PROJECT_ROOT", "DEFAULT_QUEUE_SHARE", "REPLICA_ROUTERS",
-    "AdmissionConfig", "AutoscalingConfig", "ConfigError", "CostConfig", "HttpConfig", "LocalRayConfig",
+    "AdmissionConfig", "AutoscalingConfig", "ConfigError", "CostConfig", "HttpConfig", "IdleSleepConfig", "LocalRayConfig",
     "ModelSpec", "PoolConfig", "PoolScalingConfig", "RouterConfig", "RoutingConfig", "ScenarioConfig",
     "StreamBatchingConfig", "StrictModel", "TenantsConfig", "TransportConfig", "TrilemmaConfig", "resolve_config_path",
 ]

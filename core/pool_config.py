@@ -9,7 +9,7 @@ from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, model_
 from core.config_base import StrictModel
 
 # Settings with a field of their own; repeating them in engine_kwargs would give two truths.
-_OWNED_ENGINE_KWARGS = ("max_model_len", "max_num_seqs", "quantization")
+_OWNED_ENGINE_KWARGS = ("max_model_len", "max_num_seqs", "quantization", "enable_sleep_mode")
 # Real-time, quality, cost, batch: each class below may fill less of a replica's queue.
 DEFAULT_QUEUE_SHARE = {0: 1.0, 1: 0.75, 2: 0.5, 3: 0.25}
 # Arrivals a replica with a full queue can decide at once; more wait at the caller.
@@ -62,6 +62,21 @@ class StreamBatchingConfig(StrictModel):
         description="Streams in flight on a replica from which later tokens are batched: below it "
         "each token leaves as the engine makes it (the lowest time between tokens); from it on, "
         "fewer, larger chunks keep the replica and the router free for more streams.",
+    )
+
+
+class IdleSleepConfig(StrictModel):
+    after_s: PositiveFloat | None = Field(
+        None,
+        description="Idle this long (no request in the engine or waiting for it), a replica puts "
+        "its engine to sleep with vLLM's sleep mode: the KV cache is freed and the weights move to "
+        "host memory, so the GPU memory serves the other pools or the batch job; the next request "
+        "wakes it (seconds, not a cold start). null: never. vLLM sleeps on GPUs only.",
+    )
+    level: Literal[1, 2] = Field(
+        1,
+        description="vLLM's sleep level: 1 keeps the weights in host memory (the fast wake); 2 drops "
+        "them, and waking reloads them from disk.",
     )
 
 
@@ -128,6 +143,10 @@ class PoolConfig(StrictModel):
     stream_batching: StreamBatchingConfig = Field(
         default_factory=StreamBatchingConfig,
         description="How each replica sends an answer's tokens on: one by one, or batched while busy.",
+    )
+    sleep_when_idle: IdleSleepConfig = Field(
+        default_factory=IdleSleepConfig,
+        description="Whether an idle replica's engine sleeps (GPU memory freed) instead of staying up.",
     )
     env: dict[str, str] = Field(
         default_factory=dict, description="Environment variables of the engine processes."

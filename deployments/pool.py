@@ -10,12 +10,11 @@ import time
 from typing import Any, AsyncGenerator, Callable
 
 from ray import serve
-from ray.serve.deployment import Application
-from ray.serve.llm import LLMConfig, build_llm_deployment
+from ray.serve.llm import LLMConfig
 from ray.serve.llm.deployment import LLMServer  # Ray 2.58 warns on the `ray.serve.llm` alias
 
 from autoscaling.control_board import RayControlBoard, concurrency_key, replica_start_key
-from core.config import REPLICA_ROUTERS, AdmissionConfig, ModelSpec, PoolConfig, StreamBatchingConfig
+from core.config import AdmissionConfig, IdleSleepConfig, StreamBatchingConfig
 from core.price_catalog import ReplicaRate
 from core.upstream import ChatCompletionRequest, CompletionRequest, get_logger
 from core.wire import ReplicaStats
@@ -26,6 +25,8 @@ from serving.admission import AdmissionPolicy, request_priority
 from serving.admission_queue import AdmissionQueue
 from serving.cpu_engine import DtypeChoice, apply_cpu_niceness, read_cpu_flags, with_cpu_dtype
 from serving.engine_activity import EngineActivity
+from serving.engine_ports import give_engine_its_own_port
+from serving.engine_sleep import EngineSleep
 from serving.latency_window import LatencyWindow
 from serving.request_metering import metered, prompt_tokens_hint, with_timeline
 from serving.request_timeline import RequestTimeline
@@ -62,11 +63,15 @@ class PoolServer(LLMServer):
     async def __init__(
         self, llm_config: LLMConfig, *, pool_name: str, replica_rate: dict, admission: dict,
         max_in_engine: int, max_in_engine_ceiling: int | None = None, cpu_niceness: int | None = None,
-        cpu_engine: bool = False, stream_batching: dict | None = None, **kwargs: Any
+        cpu_engine: bool = False, stream_batching: dict | None = None, sleep_when_idle: dict | None = None,
+        **kwargs: Any
     ) -> None:
         self._constructed_at = time.monotonic()
-        # Before the base constructor, which starts the engine: its processes inherit the value.
+        # Before the base constructor, which starts the engine: its processes inherit these.
         apply_cpu_niceness(cpu_niceness, log=logger)
+        tcpstore_port = give_engine_its_own_port()
+        if tcpstore_port is not None:
+            logger.info("Pool %s: the engine's torch.distributed port search starts at %d", pool_name, tcpstore_port)
         if cpu_engine:
             # Here, on the node whose CPU will run the engine, not where the app was built.
             choice = choose_engine_dtype(llm_config, read_cpu_flags())
@@ -78,6 +83,8 @@ class PoolServer(LLMServer):
         self._rate = ReplicaRate(**replica_rate)
         batching = StreamBatchingConfig(**(stream_batching or {}))
         self._stream_batching = StreamBatching(batching.interval_ms / 1000, batching.min_streams)
+        self._sleep_config = IdleSleepConfig(**(sleep_when_idle or {}))
+        self._sleep: EngineSleep | None = None
         self._metrics = PoolMetrics(pool_name)
         self._admission = AdmissionQueue(
             pool_name,
@@ -106,6 +113,12 @@ class PoolServer(LLMServer):
         self._kv_cache = KvCacheProbe.attach(self.engine)
         self._concurrency_read_at = float("-inf")
         self._metrics_task = asyncio.create_task(self._export_activity())
+        if self._sleep_config.after_s is not None:
+            self._sleep = EngineSleep(
+                self.engine, after_s=self._sleep_config.after_s, level=self._sleep_config.level,
+                name=f"Pool {self._pool_name}", log=logger, on_wake=self._metrics.woke,
+            )
+            self._sleep_task = asyncio.create_task(self._sleep.run())
         await self._publish_start_time(time.monotonic() - self._constructed_at)
 
     async def _publish_start_time(self, seconds: float) -> None:
@@ -124,7 +137,8 @@ class PoolServer(LLMServer):
         while True:
             await asyncio.sleep(ACTIVITY_EXPORT_INTERVAL_S)
             now = self._activity.snapshot()
-            self._metrics.queue(in_engine=self._admission.in_engine, waiting=self._admission.waiting)
+            self._metrics.queue(in_engine=self._admission.in_engine, waiting=self._admission.waiting,
+                                asleep=self._sleep is not None and self._sleep.asleep)
             self._metrics.record(busy_s=now.busy_s - last.busy_s, wall_s=now.wall_s - last.wall_s,
                                  usd_per_s=self._rate.usd_per_s)
             last = now
@@ -146,7 +160,8 @@ class PoolServer(LLMServer):
         if self._engine_death is not None:
             raise EngineDied(self._pool_name, self._engine_death)
         arrived_at = time.monotonic()
-        async with self._admission.slot(priority):
+        # The request keeps the engine awake from its arrival (a sleeping one wakes first) to its end.
+        async with self._sleep.in_use() if self._sleep else contextlib.nullcontext(), self._admission.slot(priority):
             if timeline is not None:
                 timeline.stamp("pool_admitted")
             try:
@@ -275,6 +290,7 @@ class PoolServer(LLMServer):
             "in_engine": self._admission.in_engine,
             "waiting": self._admission.waiting,
             "engine_unfinished": self._engine_unfinished(),
+            "asleep": self._sleep is not None and self._sleep.asleep,
         }
 
     def _engine_unfinished(self) -> int | None:
@@ -331,82 +347,3 @@ def choose_engine_dtype(llm_config: LLMConfig, cpu_flags: frozenset[str] | None)
     if engine_kwargs is not llm_config.engine_kwargs:
         llm_config.update_engine_kwargs(dtype=engine_kwargs["dtype"])
     return choice
-
-
-def deployment_name(pool_name: str) -> str:
-    return f"pool-{pool_name}"
-
-
-def llm_config_for_pool(
-    pool_name: str, pool: PoolConfig, model: ModelSpec, model_source: str,
-    autoscaling_config: dict[str, Any] | None = None, ongoing_limit: int | None = None,
-) -> LLMConfig:
-    """`autoscaling_config` (Ray Serve's) replaces the pool's fixed replica count;
-    `ongoing_limit` the pool's own max_ongoing_requests (TrilemmaConfig.ongoing_limit)."""
-    engine_kwargs: dict[str, Any] = {
-        "max_model_len": pool.max_model_len,
-        "max_num_seqs": pool.max_num_seqs,
-        **pool.engine_kwargs,
-    }
-    if pool.quantization:
-        engine_kwargs["quantization"] = pool.quantization
-    placement: dict[str, Any]
-    env = dict(pool.env)
-    if pool.is_cpu:
-        placement = {
-            "accelerator_config": {"kind": "cpu"},
-            "placement_group_config": {"bundles": [dict(pool.resources)]},
-        }
-    elif pool.gpu_fraction is not None:
-        # Pools sharing a GPU: Ray schedules the fraction, and vLLM's Ray executor must ask for
-        # the same fraction for its worker or it waits for a whole GPU that is not free.
-        placement = {
-            "accelerator_type": pool.accelerator,
-            "placement_group_config": {"bundles": [{"GPU": pool.gpu_fraction}]},
-        }
-        env.setdefault("VLLM_RAY_PER_WORKER_GPUS", str(pool.gpu_fraction))
-    else:
-        placement = {"accelerator_type": pool.accelerator}
-    return LLMConfig(
-        model_loading_config={"model_id": model.name, "model_source": model_source},
-        engine_kwargs=engine_kwargs,
-        runtime_env={"env_vars": env} if env else None,
-        deployment_config={
-            **({"autoscaling_config": autoscaling_config} if autoscaling_config else {"num_replicas": pool.replicas}),
-            "max_ongoing_requests": ongoing_limit or pool.ongoing_limit,
-            "health_check_period_s": pool.health_check_period_s,
-            "graceful_shutdown_timeout_s": pool.drain_timeout_s,
-            # The engine's bundle holds the pool's CPUs; the replica actor itself only waits.
-            "ray_actor_options": {"num_cpus": 0},
-        },
-        **placement,
-    )
-
-
-def build_pool_deployment(
-    pool_name: str, pool: PoolConfig, llm_config: LLMConfig, rate: ReplicaRate,
-    engine_cls: type | None = None, max_in_engine_ceiling: int | None = None,
-) -> Application:
-    """`engine_cls` swaps the vLLM engine for another LLMEngine (tests use a fake one);
-    `max_in_engine_ceiling` lets the autoscaler raise the engine concurrency up to it."""
-    bind_kwargs: dict[str, Any] = {
-        "pool_name": pool_name, "replica_rate": rate.model_dump(),
-        "admission": pool.admission.model_dump(), "max_in_engine": pool.max_in_engine,
-        "max_in_engine_ceiling": max_in_engine_ceiling or pool.max_in_engine,
-        "cpu_niceness": pool.cpu_niceness, "cpu_engine": pool.is_cpu,
-        "stream_batching": pool.stream_batching.model_dump(),
-    }
-    if engine_cls is not None:
-        bind_kwargs["engine_cls"] = engine_cls
-    return build_llm_deployment(
-        llm_config,
-        bind_kwargs=bind_kwargs,
-        override_serve_options={
-            "name": deployment_name(pool_name),
-            "request_router_config": {
-                "request_router_class": REPLICA_ROUTERS[pool.replica_router],
-                "request_router_kwargs": dict(pool.replica_router_kwargs),
-            },
-        },
-        deployment_cls=PoolServer,
-    )

@@ -28,8 +28,8 @@ from core.upstream import (
     get_logger,
 )
 from deployments.accounting import Accounting
-from deployments.pool import deployment_name
 from deployments.pool_client import PoolClient, PoolFailed
+from deployments.pool_deployment import deployment_name
 from deployments.pool_watch import PoolWatch
 from deployments.stream_relay import relay
 from serving.cost_profile import CostProfileWatch, apply_cost_profile

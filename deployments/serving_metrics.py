@@ -128,12 +128,25 @@ class PoolMetrics:
             wire.REQUESTS_WAITING, "Requests waiting in a replica's admission queue.", tag_keys=("pool",),
         )
 
+        self.asleep = Gauge(
+            wire.ENGINE_ASLEEP, "1 while a replica's engine sleeps (pools.<name>.sleep_when_idle).",
+            tag_keys=("pool",),
+        )
+        self.wake_seconds = Histogram(
+            wire.ENGINE_WAKE_SECONDS, "How long a sleeping engine took to wake for a request.",
+            boundaries=[0.1, 0.25, 0.5, 1, 2, 5, 10, 30], tag_keys=("pool",),
+        )
+
+    def woke(self, seconds: float) -> None:
+        self.wake_seconds.observe(seconds, self._tags)
+
     def shed(self, priority: int, action: str) -> None:
         self.shed_requests.inc(1, {**self._tags, "priority": str(priority), "action": action})
 
-    def queue(self, *, in_engine: int, waiting: int) -> None:
+    def queue(self, *, in_engine: int, waiting: int, asleep: bool = False) -> None:
         self.in_engine.set(in_engine, self._tags)
         self.waiting.set(waiting, self._tags)
+        self.asleep.set(1.0 if asleep else 0.0, self._tags)
 
     def record(self, *, busy_s: float, wall_s: float, usd_per_s: float) -> None:
         """One interval's increments (the caller diffs its clock readings)."""

@@ -14,7 +14,7 @@ from core.config import DEFAULT_CONFIG_PATH, TrilemmaConfig
 from core.model_store import resolve_model_source
 from core.upstream import to_model_metadata
 from deployments.http_api import router_ingress_class
-from deployments.pool import build_pool_deployment, llm_config_for_pool
+from deployments.pool_deployment import build_pool_deployment, llm_config_for_pool
 from serve_app.deployment_versions import with_version, without_replica_counts
 from serving.tenants import TenantDirectory
 

@@ -12,7 +12,9 @@ KILL_ENGINE@<pool> kills the engine of that pool's replica (this and every later
 fails, and so does the health check, as with a vLLM engine whose process died),
 KILL_REPLICA@<pool> ends the replica's process at once (as SIGKILL would);
 KILL_ENGINE_MIDSTREAM@<pool> and KILL_REPLICA_MIDSTREAM@<pool> do so after the first
-streamed chunk. The pool is named so that the request, sent again to another pool, is served. `TRILEMMA_FAKE_START_S` makes the engine take that long to start.
+streamed chunk. The pool is named so that the request, sent again to another pool, is served.
+`TRILEMMA_FAKE_START_S` makes the engine take that long to start, `TRILEMMA_FAKE_WAKE_S` to wake
+from sleep (vLLM's sleep mode); asked to generate while asleep, it fails.
 """
 
 from __future__ import annotations
@@ -58,6 +60,8 @@ class FakeEngine(LLMEngine):
         self._stamp = "unstarted"
         self._pool = ""
         self._dead = False
+        self._asleep = False
+        self._wake_s = float(os.environ.get("TRILEMMA_FAKE_WAKE_S", "0"))
 
     async def start(self) -> None:
         await asyncio.sleep(float(os.environ.get("TRILEMMA_FAKE_START_S", "0")))
@@ -75,6 +79,8 @@ class FakeEngine(LLMEngine):
             yield item
 
     async def _generate(self, request, prompt: str, chat: bool) -> AsyncGenerator[Any, None]:
+        if self._asleep:  # vLLM would compute with freed memory: a request must never get here
+            raise RuntimeError("fake engine asked to generate while asleep")
         self._fault(prompt, midstream=False)
         if FAIL_MARKER in prompt:
             raise RuntimeError("fake engine crashed on request")
@@ -165,6 +171,16 @@ class FakeEngine(LLMEngine):
 
     async def reset_prefix_cache(self) -> None:
         return None
+
+    async def sleep(self, level: int = 1) -> None:
+        self._asleep = True
+
+    async def wakeup(self, **kwargs) -> None:
+        await asyncio.sleep(self._wake_s)
+        self._asleep = False
+
+    async def is_sleeping(self) -> bool:
+        return self._asleep
 
     async def check_health(self) -> None:
         if self._dead:

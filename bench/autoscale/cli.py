@@ -30,6 +30,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     simulate.add_argument("--calibration", type=Path, required=True,
                           help="a `python -m bench.engine_alone` result: the replica's latency model")
     simulate.add_argument("--startup-s", type=float, required=True, help="seconds from a replica's launch to serving")
+    simulate.add_argument("--wake-s", type=float,
+                          help="seconds from waking a sleeping replica to serving: the pool sleeps when idle, "
+                          "and a scale-down puts a replica to sleep instead of stopping it")
     simulate.add_argument("--quiet-rate", type=float, default=0.3, help="requests/s at night")
     simulate.add_argument("--peak-rate", type=float, default=5.0, help="requests/s in the spike")
     simulate.add_argument("--day-s", type=float, default=3600.0, help="the day, compressed into this many seconds")
@@ -75,7 +78,7 @@ def _price(config: TrilemmaConfig, pool: str) -> float:
 def bench_simulate(args: argparse.Namespace) -> int:
     try:
         config = app_config(args)
-        model = ReplicaModel.from_engine_run(args.calibration, startup_s=args.startup_s)
+        model = ReplicaModel.from_engine_run(args.calibration, startup_s=args.startup_s, wake_s=args.wake_s)
         day = DayShape(args.quiet_rate, args.peak_rate, args.day_s, _pair(args.prompt_tokens, "--prompt-tokens"),
                        _pair(args.output_tokens, "--output-tokens"), seed=args.seed)
         result = compare(config, args.pool, model, _price(config, args.pool), day)

@@ -30,6 +30,9 @@ class ReplicaModel:
     max_num_seqs: int
     startup_s: float  # from launch to serving: engine start, weights, warm-up
     source: str = ""  # the engine run it came from
+    # From a wake to serving, for a replica whose engine slept (pools.<name>.sleep_when_idle);
+    # None: a replica the autoscaler removes is gone, and every scale-up is a cold start.
+    wake_s: float | None = None
 
     def iteration_s(self, batch: int, new_prompt_tokens: int) -> float:
         return self.decode_base_s + self.decode_s_per_seq * batch + self.prefill_s_per_token * new_prompt_tokens
@@ -38,7 +41,7 @@ class ReplicaModel:
         return asdict(self)
 
     @classmethod
-    def from_engine_run(cls, path: Path, startup_s: float) -> ReplicaModel:
+    def from_engine_run(cls, path: Path, startup_s: float, wake_s: float | None = None) -> ReplicaModel:
         try:
             run = json.loads(Path(path).read_text())
             single, saturated = run["single_stream"], run["saturated"]
@@ -54,4 +57,4 @@ class ReplicaModel:
         tpot_full = (wave_s - prefill * wave_prompt_tokens) / output_tokens
         per_seq = max(0.0, (tpot_full - tpot_s) / (batch - 1)) if batch > 1 else 0.0
         return cls(prefill_s_per_token=prefill, decode_base_s=max(tpot_s - per_seq, 1e-6), decode_s_per_seq=per_seq,
-                   max_num_seqs=saturated["max_num_seqs"], startup_s=startup_s, source=str(path))
+                   max_num_seqs=saturated["max_num_seqs"], startup_s=startup_s, source=str(path), wake_s=wake_s)

@@ -32,7 +32,10 @@ def simulation_markdown(result: dict[str, Any], png: str) -> str:
         f"Replica model (from `{model['source']}`): an iteration takes {model['decode_base_s'] * 1000:.2f} ms "
         f"+ {model['decode_s_per_seq'] * 1000:.3f} ms per running request + {model['prefill_s_per_token'] * 1000:.3f}"
         f" ms per prompt token joining; at most {model['max_num_seqs']} requests run; a new replica serves "
-        f"{model['startup_s']:.0f} s after its launch and costs from the launch.", "",
+        f"{model['startup_s']:.0f} s after its launch and costs from the launch"
+        + ("." if model.get("wake_s") is None else
+           f"; a scale-down puts a replica to sleep (its engine's memory freed) and a scale-up wakes one, "
+           f"serving {model['wake_s']:g} s later.") + "",
         "| arm | replica-seconds | $ | saved vs static peak | SLO attainment | TTFT p50 / p99 (ms) "
         "| TPOT p50 / p99 (ms) | peak replicas |",
         "|---|---|---|---|---|---|---|---|",
@@ -42,6 +45,10 @@ def simulation_markdown(result: dict[str, Any], png: str) -> str:
         + ("" if verdict["static_peak_meets_slo"] else " (none does: the largest is shown)") + ".", "",
         f"- Replica-seconds (and $) saved by autoscaling: **{result['savings']:.1%}** (target at least 30%): "
         f"{'met' if verdict['savings_at_least_30pct'] else 'missed'}.",
+        *([] if model.get("wake_s") is None else [
+            f"- Replicas asleep: {result['autoscaled']['asleep_seconds']:.0f} replica-seconds, not counted above: "
+            f"their GPU memory serves other work (the batch job, the other pool). Were those GPUs paid while "
+            f"idle, the saving would be {result['savings_if_asleep_paid']:.1%}."]),
         f"- SLO attainment of the autoscaled pool: **{result['autoscaled']['slo_attainment']:.2%}** "
         f"(target at least 99%): {'met' if verdict['attainment_at_least_99pct'] else 'missed'}.", "",
         f"![timeline]({png})", "",

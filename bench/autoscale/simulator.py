@@ -8,6 +8,11 @@ with the fewest requests, as `LeastLoadedRouter` does. The controller calls the 
 period with an `AutoscalingContext`-shaped view; a new replica serves after `startup_s`, a
 removed one takes no new request and stops once its requests are done. Every replica costs
 from its launch to its stop.
+
+With a wake time (`ReplicaModel.wake_s`, a pool that sleeps when idle) a removed replica that
+served goes to sleep instead of away: its GPU memory is free for other work, and a later
+scale-up wakes it in `wake_s` rather than starting one in `startup_s`. Its time asleep is
+counted apart (`SimResult.asleep_seconds`): it still holds its GPU.
 """
 
 from __future__ import annotations
@@ -128,6 +133,7 @@ class SimResult:
     ended_at: float
     timeline: list[dict[str, Any]] = field(default_factory=list)
     decisions: list[dict[str, Any]] = field(default_factory=list)
+    asleep_seconds: float = 0.0  # replica-seconds spent asleep (with a wake time only)
 
     def replica_seconds(self) -> float:
         return sum((r.stopped_at if r.stopped_at is not None else self.ended_at) - r.launched_at
@@ -144,6 +150,8 @@ class PoolSimulation:
         self.replicas = [self._launch(ready_at=0.0) for _ in range(replicas)]
         self.target = replicas
         self.policy_state: dict[str, Any] = {}
+        self._asleep_since: list[float] = []  # one entry per sleeping replica (with a wake time)
+        self._asleep_seconds = 0.0
 
     def _launch(self, ready_at: float) -> SimReplica:
         return SimReplica(next(self._names), self.model, self.now, ready_at, clock=lambda: self.now)
@@ -173,7 +181,7 @@ class PoolSimulation:
                 if replica.iteration_ends_at is not None and replica.iteration_ends_at <= self.now:
                     remaining -= len(replica.finish_iteration(self.now))
                 if replica.draining and replica.stopped_at is None and not replica.load:
-                    replica.stopped_at = self.now
+                    self._stop(replica)
             while arrivals and arrivals[0].trace.at <= self.now:
                 held.append(arrivals.popleft())
             serving = self._serving()
@@ -190,8 +198,22 @@ class PoolSimulation:
         for replica in self.replicas:
             if replica.stopped_at is None:
                 replica.stopped_at = self.now
+        result.asleep_seconds = self._asleep_seconds + sum(self.now - since for since in self._asleep_since)
         result.timeline.append(self._sample(requests))
         return result
+
+    def _stop(self, replica: SimReplica) -> None:
+        """A replica leaves the pool; one that served goes to sleep when the pool can sleep."""
+        if self.model.wake_s is not None and replica.ready(self.now):
+            self._asleep_since.append(self.now)
+        replica.stopped_at = self.now
+
+    def _add_replica(self) -> SimReplica:
+        """Wakes a sleeping replica when there is one, else launches one."""
+        if self._asleep_since:
+            self._asleep_seconds += self.now - self._asleep_since.pop()
+            return self._launch(ready_at=self.now + self.model.wake_s)
+        return self._launch(ready_at=self.now + self.model.startup_s)
 
     def _decide(self, held: int, result: SimResult) -> None:
         serving = self._serving()
@@ -212,12 +234,12 @@ class PoolSimulation:
         self.target = target
         kept = self._kept()
         for _ in range(target - len(kept)):
-            self.replicas.append(self._launch(ready_at=self.now + self.model.startup_s))
+            self.replicas.append(self._add_replica())
         # Down: replicas still starting go first (as Ray's do), then the least loaded drain.
         surplus = sorted(kept, key=lambda r: (r.ready(self.now), r.load))[:max(0, len(kept) - target)]
         for replica in surplus:
             if not replica.ready(self.now) or not replica.load:
-                replica.stopped_at = self.now
+                self._stop(replica)
             replica.draining = True
 
     def _sample(self, requests: list[SimRequest]) -> dict[str, Any]:

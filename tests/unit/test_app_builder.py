@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from core.config import CONFIG_DIR, TrilemmaConfig
-from deployments.pool import choose_engine_dtype, deployment_name, llm_config_for_pool
+from core.config import CONFIG_DIR, ConfigError, TrilemmaConfig
+from deployments.pool import choose_engine_dtype
+from deployments.pool_deployment import deployment_name, llm_config_for_pool
 from serve_app.app import app_builder, build_app
 
 
@@ -25,6 +26,24 @@ def test_gpu_pool_names_its_accelerator():
     assert llm.accelerator_type == "H100"
     assert llm.engine_kwargs["max_model_len"] == 32768
     assert llm.engine_kwargs["enable_chunked_prefill"] is True
+
+
+def test_a_gpu_pool_that_sleeps_when_idle_starts_its_engine_with_sleep_mode():
+    raw = TrilemmaConfig.from_yaml(CONFIG_DIR / "gpu-h200.yaml").model_dump(mode="json")
+    raw["pools"]["long"]["sleep_when_idle"] = {"after_s": 300}
+    config = TrilemmaConfig.from_dict(raw)
+    assert llm_config_for_pool("long", config.pools["long"], config.model, "/m").engine_kwargs["enable_sleep_mode"]
+    assert "enable_sleep_mode" not in llm_config_for_pool("short", config.pools["short"], config.model, "/m").engine_kwargs
+
+
+def test_a_cpu_pool_cannot_sleep_with_vllm_and_the_error_says_why():
+    raw = TrilemmaConfig.from_yaml(CONFIG_DIR / "local-cpu.yaml").model_dump(mode="json")
+    raw["pools"]["long"]["sleep_when_idle"] = {"after_s": 300}
+    with pytest.raises(ConfigError, match=r"pools.long.sleep_when_idle: vLLM's sleep mode needs a GPU"):
+        build_app(TrilemmaConfig.from_dict(raw), model_source="/m")
+    raw["pools"]["long"]["engine_kwargs"]["enable_sleep_mode"] = True
+    with pytest.raises(ConfigError, match="enable_sleep_mode"):
+        TrilemmaConfig.from_dict(raw)
 
 
 @pytest.mark.parametrize("name", ["local-cpu.yaml", "gpu.yaml"])

@@ -88,6 +88,35 @@ def test_the_policy_scales_the_simulated_pool_and_beats_static_peak(model):
     assert [arm["arm"] for arm in result["static"]] == ["static 1", "static 2", "static 3", "static 4"]
 
 
+def test_a_pool_that_sleeps_wakes_replicas_in_its_wake_time_and_counts_their_sleep_apart(model):
+    from dataclasses import replace
+
+    sleepy = replace(model, wake_s=2.0)
+    sim = PoolSimulation(sleepy, usd_per_hour=1.0, replicas=2)
+    sim.now = 10.0
+    sim._scale_to(1)  # the replica that leaves had served: it sleeps
+    assert len(sim._asleep_since) == 1
+    sim.now += 100.0
+    sim._scale_to(2)  # woken, not started: serving after wake_s, not startup_s
+    woken = sim.replicas[-1]
+    assert woken.ready_at == pytest.approx(sim.now + 2.0)
+    assert sim._asleep_seconds == pytest.approx(100.0)
+    sim._scale_to(3)  # nobody left asleep: a cold start
+    assert sim.replicas[-1].ready_at == pytest.approx(sim.now + model.startup_s)
+
+
+def test_a_day_with_sleeping_replicas_reports_their_sleep_and_both_savings(model):
+    from dataclasses import replace
+
+    config = TrilemmaConfig.from_yaml("serve_app/configs/autoscale-cpu.yaml")
+    raw = config.model_dump(mode="json")
+    raw["autoscaling"]["pools"]["short"]["max_replicas"] = 4
+    day = DayShape(quiet_rate=0.2, peak_rate=3.0, seconds=1800, prompt_tokens=(60, 200), output_tokens=(32, 64))
+    result = compare(TrilemmaConfig.from_dict(raw), "short", replace(model, wake_s=2.0), 0.05, day)
+    assert result["autoscaled"]["asleep_seconds"] > 0
+    assert result["savings_if_asleep_paid"] < result["savings"]
+
+
 def test_a_pool_that_is_not_autoscaled_is_refused(model):
     config = TrilemmaConfig.from_yaml("serve_app/configs/local-cpu.yaml")
     with pytest.raises(ConfigError, match="does not autoscale pool 'short'"):

@@ -75,6 +75,18 @@ def test_an_idle_pool_allowed_zero_goes_after_its_delay_and_comes_back_on_demand
     assert step.decisions["long"].target == 1 and "no replica" in step.decisions["long"].reason
 
 
+def test_an_idle_pool_whose_engine_sleeps_stays_asleep_instead_of_going_to_zero():
+    from dataclasses import replace
+
+    idle = _signals("long", replicas=1, requests_per_s=0.0, utilization=0.0, ttft_p99_s=None)
+    state = AutoscalerState()
+    bounds = {**BOUNDS, "long": replace(LONG, sleeps_when_idle=True)}
+    for now in (1000.0, 1300.0, 5000.0):
+        step = Autoscaler(EAGER, bounds, ["long", "short"], state=state).step({"long": idle}, now)
+    decision = step.decisions["long"]
+    assert decision.target == 1 and "sleeps instead of going" in decision.reason
+
+
 @pytest.mark.parametrize(
     ("budget", "short_p99", "targets", "cost_profile"),
     [

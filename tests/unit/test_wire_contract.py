@@ -26,6 +26,7 @@ def test_metric_names_are_the_exported_ones():
         "trilemma_prompt_tokens_saved_total", "trilemma_engine_busy_seconds_total",
         "trilemma_replica_seconds_total", "trilemma_pool_busy_usd_total", "trilemma_pool_idle_usd_total",
         "trilemma_requests_shed_total", "trilemma_requests_in_engine", "trilemma_requests_waiting",
+        "trilemma_engine_asleep", "trilemma_engine_wake_seconds",
         "trilemma_scaling_decisions_total", "trilemma_target_replicas", "trilemma_tenant_daily_budget_usd",
         "trilemma_batch_documents", "trilemma_batch_tokens_total", "trilemma_batch_cost_usd_total",
     }

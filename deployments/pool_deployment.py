@@ -1,0 +1,100 @@
+"""How a configured pool becomes a Ray Serve LLM deployment of `PoolServer`: its engine
+arguments, placement, environment and deployment options."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ray.serve.deployment import Application
+from ray.serve.llm import LLMConfig, build_llm_deployment
+
+from core.config import REPLICA_ROUTERS, ConfigError, ModelSpec, PoolConfig
+from core.price_catalog import ReplicaRate
+from deployments.pool import PoolServer
+
+
+def deployment_name(pool_name: str) -> str:
+    return f"pool-{pool_name}"
+
+
+def llm_config_for_pool(
+    pool_name: str, pool: PoolConfig, model: ModelSpec, model_source: str,
+    autoscaling_config: dict[str, Any] | None = None, ongoing_limit: int | None = None,
+) -> LLMConfig:
+    """`autoscaling_config` (Ray Serve's) replaces the pool's fixed replica count;
+    `ongoing_limit` the pool's own max_ongoing_requests (TrilemmaConfig.ongoing_limit)."""
+    engine_kwargs: dict[str, Any] = {
+        "max_model_len": pool.max_model_len,
+        "max_num_seqs": pool.max_num_seqs,
+        **pool.engine_kwargs,
+    }
+    if pool.quantization:
+        engine_kwargs["quantization"] = pool.quantization
+    if pool.sleep_when_idle.after_s is not None:
+        engine_kwargs["enable_sleep_mode"] = True
+    placement: dict[str, Any]
+    env = dict(pool.env)
+    if pool.is_cpu:
+        placement = {
+            "accelerator_config": {"kind": "cpu"},
+            "placement_group_config": {"bundles": [dict(pool.resources)]},
+        }
+    elif pool.gpu_fraction is not None:
+        # Pools sharing a GPU: Ray schedules the fraction, and vLLM's Ray executor must ask for
+        # the same fraction for its worker or it waits for a whole GPU that is not free.
+        placement = {
+            "accelerator_type": pool.accelerator,
+            "placement_group_config": {"bundles": [{"GPU": pool.gpu_fraction}]},
+        }
+        env.setdefault("VLLM_RAY_PER_WORKER_GPUS", str(pool.gpu_fraction))
+    else:
+        placement = {"accelerator_type": pool.accelerator}
+    return LLMConfig(
+        model_loading_config={"model_id": model.name, "model_source": model_source},
+        engine_kwargs=engine_kwargs,
+        runtime_env={"env_vars": env} if env else None,
+        deployment_config={
+            **({"autoscaling_config": autoscaling_config} if autoscaling_config else {"num_replicas": pool.replicas}),
+            "max_ongoing_requests": ongoing_limit or pool.ongoing_limit,
+            "health_check_period_s": pool.health_check_period_s,
+            "graceful_shutdown_timeout_s": pool.drain_timeout_s,
+            # The engine's bundle holds the pool's CPUs; the replica actor itself only waits.
+            "ray_actor_options": {"num_cpus": 0},
+        },
+        **placement,
+    )
+
+
+def build_pool_deployment(
+    pool_name: str, pool: PoolConfig, llm_config: LLMConfig, rate: ReplicaRate,
+    engine_cls: type | None = None, max_in_engine_ceiling: int | None = None,
+) -> Application:
+    """`engine_cls` swaps the vLLM engine for another LLMEngine (tests use a fake one);
+    `max_in_engine_ceiling` lets the autoscaler raise the engine concurrency up to it."""
+    if pool.sleep_when_idle.after_s is not None and pool.is_cpu and engine_cls is None:
+        raise ConfigError(
+            f"pools.{pool_name}.sleep_when_idle: vLLM's sleep mode needs a GPU and this pool's "
+            "accelerator is cpu; set after_s to null"
+        )
+    bind_kwargs: dict[str, Any] = {
+        "pool_name": pool_name, "replica_rate": rate.model_dump(),
+        "admission": pool.admission.model_dump(), "max_in_engine": pool.max_in_engine,
+        "max_in_engine_ceiling": max_in_engine_ceiling or pool.max_in_engine,
+        "cpu_niceness": pool.cpu_niceness, "cpu_engine": pool.is_cpu,
+        "stream_batching": pool.stream_batching.model_dump(),
+        "sleep_when_idle": pool.sleep_when_idle.model_dump(),
+    }
+    if engine_cls is not None:
+        bind_kwargs["engine_cls"] = engine_cls
+    return build_llm_deployment(
+        llm_config,
+        bind_kwargs=bind_kwargs,
+        override_serve_options={
+            "name": deployment_name(pool_name),
+            "request_router_config": {
+                "request_router_class": REPLICA_ROUTERS[pool.replica_router],
+                "request_router_kwargs": dict(pool.replica_router_kwargs),
+            },
+        },
+        deployment_cls=PoolServer,
+    )

@@ -1,0 +1,97 @@
+"""An idle engine sleeps, and the next request wakes it (`pools.<name>.sleep_when_idle`).
+
+vLLM's sleep mode frees the KV cache and moves the weights to host memory (level 1), so an idle
+pool's GPU memory can serve the other pool or the batch job, and the pool answers again after a
+wake of seconds instead of a replica's cold start of minutes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import Any, AsyncIterator, Callable
+
+# How often a replica looks whether its engine has been idle long enough.
+IDLE_CHECK_INTERVAL_S = 1.0
+
+
+class EngineSleep:
+    """Puts `engine` (an LLMEngine with `sleep` and `wakeup`) to sleep after `after_s` without a
+    request, and wakes it, once, for the requests that find it asleep.
+
+    `in_use()` brackets every request: it wakes the engine first and keeps it awake while the
+    request runs. The engine counts as asleep from the moment it starts falling asleep, so a
+    request that arrives meanwhile waits for that to end and then wakes it; it never reaches a
+    sleeping engine.
+    """
+
+    def __init__(
+        self, engine: Any, *, after_s: float, level: int, name: str, log: logging.Logger,
+        on_wake: Callable[[float], None] = lambda seconds: None, clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._engine, self._after_s, self._level, self._name, self._log = engine, after_s, level, name, log
+        self._on_wake, self._clock = on_wake, clock
+        self._transition = asyncio.Lock()
+        self._in_use = 0
+        self._idle_since = clock()
+        self.asleep = False
+        self.last_wake_s: float | None = None
+
+    @contextlib.asynccontextmanager
+    async def in_use(self) -> AsyncIterator[None]:
+        self._in_use += 1
+        try:
+            await self.wake()
+            yield
+        finally:
+            self._in_use -= 1
+            if not self._in_use:
+                self._idle_since = self._clock()
+
+    async def wake(self) -> None:
+        if not self.asleep:
+            return
+        async with self._transition:
+            if not self.asleep:  # another request woke it while this one waited
+                return
+            started = self._clock()
+            await self._engine.wakeup()
+            self.asleep = False
+            self.last_wake_s = self._clock() - started
+        self._log.info("%s: engine woke in %.2f s", self._name, self.last_wake_s)
+        self._on_wake(self.last_wake_s)
+
+    def idle_for(self) -> float | None:
+        """Seconds without a request, or None while one runs."""
+        return None if self._in_use else self._clock() - self._idle_since
+
+    async def sleep_if_idle(self) -> bool:
+        """Puts the engine to sleep when it has been idle for `after_s`; True when it did."""
+        idle = self.idle_for()
+        if self.asleep or idle is None or idle < self._after_s:
+            return False
+        async with self._transition:
+            if self.asleep or self._in_use:
+                return False
+            self.asleep = True  # from here on, arrivals wait for the lock and wake it after
+            started = self._clock()
+            try:
+                await self._engine.sleep(level=self._level)
+            except Exception:
+                self.asleep = False
+                raise
+        self._log.info("%s: idle for %.0f s, engine asleep (level %d) in %.2f s", self._name, idle,
+                       self._level, self._clock() - started)
+        return True
+
+    async def run(self) -> None:
+        """Checks for idleness forever; a failed sleep is logged and the engine stays awake."""
+        while True:
+            await asyncio.sleep(IDLE_CHECK_INTERVAL_S)
+            try:
+                await self.sleep_if_idle()
+            except Exception as error:
+                self._log.warning("%s: the engine could not sleep (%r); it stays awake", self._name, error)
+                self._idle_since = self._clock()  # try again after another idle period
