@@ -32,6 +32,7 @@ from bench.runner import EndpointError, Workload, resolve_model, run_point, warm
 from bench.soak.cli import add_soak_command
 from bench.sweep import Knob, SweepError, parse_values, run_sweep
 from bench.vs_vllm import add_vs_vllm_command
+from bench.wake import add_wake_command
 from core.config import ConfigError, TrilemmaConfig
 
 
@@ -118,6 +119,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
 
     add_hops_command(sub)
     add_vs_vllm_command(sub)
+    add_wake_command(sub)
     add_chaos_command(sub)
     add_soak_command(sub)
     add_board_command(sub)

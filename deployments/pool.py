@@ -119,7 +119,8 @@ class PoolServer(LLMServer):
                 name=f"Pool {self._pool_name}", log=logger, on_wake=self._metrics.woke,
             )
             self._sleep_task = asyncio.create_task(self._sleep.run())
-        await self._publish_start_time(time.monotonic() - self._constructed_at)
+        self._start_s = time.monotonic() - self._constructed_at
+        await self._publish_start_time(self._start_s)
 
     async def _publish_start_time(self, seconds: float) -> None:
         """How long this replica took to serve: what a router tells clients to wait when the
@@ -290,7 +291,9 @@ class PoolServer(LLMServer):
             "in_engine": self._admission.in_engine,
             "waiting": self._admission.waiting,
             "engine_unfinished": self._engine_unfinished(),
+            "start_s": round(self._start_s, 1),
             "asleep": self._sleep is not None and self._sleep.asleep,
+            "last_wake_s": self._sleep.last_wake_s if self._sleep is not None else None,
         }
 
     def _engine_unfinished(self) -> int | None:

@@ -17,7 +17,7 @@ from core.config import TrilemmaConfig
 from serve_app.app import build_app
 from serve_app.ray_driver import RAY_SUBREAPER_ENV, init_ray
 from serve_app.transport import apply_transport_env
-from serving.engine_processes import orphaned_engines
+from serving.engine_processes import orphaned_engines, orphaned_haproxies
 
 logger = logging.getLogger(__name__)
 # Beyond the longest drain: Serve's own stop of the emptied replicas.
@@ -128,11 +128,12 @@ def reap_orphaned_engines() -> list[int]:
 
     vLLM's engine core runs in a process group of its own and does not watch its parent, so
     when Ray kills a replica (Ctrl-C, `ray stop`) the engine lives on, holding its memory and
-    KV cache. Only orphans of our own session are touched.
+    KV cache. HAProxy (the ingress) outlives a Ray killed outright the same way, holding the
+    app's port. Only orphans of our own session are touched.
     """
     session = os.getsid(0)
     reaped = []
-    for engine in orphaned_engines():
+    for engine in [*orphaned_engines(), *orphaned_haproxies()]:
         try:
             if os.getsid(engine.pid) == session:
                 engine.kill()
@@ -140,5 +141,5 @@ def reap_orphaned_engines() -> list[int]:
         except (psutil.Error, ProcessLookupError):
             continue
     if reaped:
-        logger.warning("killed %d orphaned vLLM engine processes: %s", len(reaped), reaped)
+        logger.warning("killed %d orphaned vLLM engine or HAProxy processes: %s", len(reaped), reaped)
     return reaped

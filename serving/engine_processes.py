@@ -16,6 +16,7 @@ ENGINE_PREFIX = "VLLM::"
 # characters of a process name.
 ENGINE_CORE_NAME = "VLLM::EngineCore"[:15]
 RAY_DAEMONS = ("raylet", "gcs_server")
+HAPROXY_NAME = "haproxy"
 
 
 def engine_processes() -> list[psutil.Process]:
@@ -37,6 +38,13 @@ def engine_cores_under(process: psutil.Process) -> list[psutil.Process]:
 def orphaned_engines() -> list[psutil.Process]:
     """Engine processes adopted after their replica died (their workers stay under the core)."""
     return [p for p in engine_processes() if _adopted(p)]
+
+
+def orphaned_haproxies() -> list[psutil.Process]:
+    """HAProxy processes (the ingress, serve_app.transport) whose Ray actor died: a Ray killed
+    outright leaves them listening on the app's port, and the next start could not bind it."""
+    return [p for p in psutil.process_iter(["name", "status"])
+            if p.info["name"] == HAPROXY_NAME and p.info["status"] != psutil.STATUS_ZOMBIE and _adopted(p)]
 
 
 def _adopted(engine: psutil.Process) -> bool:

@@ -1,5 +1,5 @@
 """An engine is found under the replica that started it, and counts as orphaned once a
-subreaper (here a stand-in for Ray's raylet) has adopted it."""
+subreaper (here a stand-in for Ray's raylet) has adopted it; so does HAProxy, the ingress."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import time
 import psutil
 import pytest
 
-from serving.engine_processes import engine_cores_under, orphaned_engines
+from serving.engine_processes import engine_cores_under, orphaned_engines, orphaned_haproxies
 
 # A raylet in small: a subreaper (PR_SET_CHILD_SUBREAPER) named as Ray names its daemon. It
 # starts a "replica", which starts an "engine" named as vLLM names its core. Each prints its pid.
@@ -22,7 +22,7 @@ RAYLET = textwrap.dedent("""
     import setproctitle
     ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)
     setproctitle.setproctitle("raylet")
-    engine = ("import setproctitle, time; setproctitle.setproctitle('VLLM::EngineCore'); time.sleep(120)")
+    engine = ("import setproctitle, time; setproctitle.setproctitle('%s'); time.sleep(120)")
     replica = ("import subprocess, sys, time; print(subprocess.Popen([sys.executable, '-c', %r]).pid, "
                "flush=True); time.sleep(120)" % engine)
     print(subprocess.Popen([sys.executable, "-c", replica]).pid, flush=True)
@@ -31,8 +31,10 @@ RAYLET = textwrap.dedent("""
 
 
 @pytest.fixture
-def raylet_replica_engine():
-    raylet = subprocess.Popen([sys.executable, "-c", RAYLET], stdout=subprocess.PIPE, text=True)
+def raylet_replica_engine(request):
+    title = getattr(request, "param", "VLLM::EngineCore")
+    raylet = subprocess.Popen([sys.executable, "-c", RAYLET.replace("'%s'", repr(title))], stdout=subprocess.PIPE,
+                              text=True)
     replica_pid, engine_pid = int(raylet.stdout.readline()), int(raylet.stdout.readline())
     yield raylet, psutil.Process(replica_pid), engine_pid
     for pid in (engine_pid, replica_pid, raylet.pid):
@@ -62,3 +64,14 @@ def test_an_engine_adopted_after_its_replica_died_is_orphaned(raylet_replica_eng
     replica.kill()
     assert _until(lambda: psutil.Process(engine_pid).ppid() == raylet.pid)
     assert engine_pid in {p.pid for p in orphaned_engines()}
+
+
+@pytest.mark.parametrize("raylet_replica_engine", ["haproxy"], indirect=True)
+def test_haproxy_adopted_after_its_actor_died_is_orphaned(raylet_replica_engine):
+    raylet, manager, haproxy_pid = raylet_replica_engine
+    assert _until(lambda: psutil.Process(haproxy_pid).name() == "haproxy")
+    assert haproxy_pid not in {p.pid for p in orphaned_haproxies()}
+    manager.kill()
+    assert _until(lambda: psutil.Process(haproxy_pid).ppid() == raylet.pid)
+    assert haproxy_pid in {p.pid for p in orphaned_haproxies()}
+    assert haproxy_pid not in {p.pid for p in orphaned_engines()}
