@@ -21,7 +21,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from core.config import TransportConfig
 from core.upstream import node_ip_address
+from serve_app.transport import transport_env
 
 # The fake provider starts each worker with these resources; CPUs are kept small so a 2-core
 # machine can hold a few nodes, and the object store at Ray's minimum.
@@ -108,7 +110,9 @@ class FakeCluster:
             f"--dashboard-agent-grpc-port={free_port()}", f"--runtime-env-agent-port={free_port()}",
             f"--metrics-export-port={free_port()}",
         ]
-        env = {**os.environ, **CLIENT_ENV, "RAY_FAKE_CLUSTER": "1",
+        # All fake nodes are this one machine: Serve's own proxy on the head, not an HAProxy per
+        # node on ports that are fixed (stats, metrics) and the app's own Ray may hold already.
+        env = {**os.environ, **CLIENT_ENV, **transport_env(TransportConfig(ingress="serve_proxy")), "RAY_FAKE_CLUSTER": "1",
                "AUTOSCALER_UPDATE_INTERVAL_S": str(AUTOSCALER_UPDATE_INTERVAL_S), **(extra_env or {})}
         env.pop("RAY_ADDRESS", None)  # a cluster the caller joins elsewhere is not this one
         try:

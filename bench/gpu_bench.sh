@@ -3,7 +3,8 @@
 #   usage: bench/gpu_bench.sh [engine|app-overhead|app-isolation|all|STEP] [OUT_DIR]
 # Steps that fit in 10 minutes each: engine, app-overhead (two deployments), app-overhead-moderate,
 # app-isolation-split, app-isolation-shared (which completes the split arm's result), app-colocate;
-# app-start (leaves the app serving), then app-hops and app-vs-vllm against it.
+# app-start (leaves the app serving), then app-hops, app-vs-vllm and app-wake against it, and
+# app-stop.
 # Needs vLLM and Ray importable (on the H200 host: PYTHONPATH of the installed wheelhouse) and
 # the architecture folders under $MODELS (default .wh/gpu/models). Weights are random
 # (load_format dummy): speed does not depend on their values.
@@ -69,15 +70,33 @@ app_colocate() {
 # Time through the app (issue: first token, token cadence, start). The short pool and plain
 # vLLM get 35% of the card each and the long pool 20%, so that plain vLLM fits beside the app
 # and the two are loaded in alternating rounds; both with the same engine settings.
+# The long pool sleeps after 20 s idle (vLLM's sleep mode), for app-wake; vs-vllm and hops load
+# the short pool only.
 time_args=(--config "$config" --set "model.source=$models/llama-8b-shape"
   --set pools.short.engine_kwargs.gpu_memory_utilization=0.35
-  --set pools.long.engine_kwargs.gpu_memory_utilization=0.2)
+  --set pools.long.engine_kwargs.gpu_memory_utilization=0.2
+  --set pools.long.sleep_when_idle.after_s=20)
 
 app_start() {
   # The app in a session of its own, so that it outlives this command for app-vs-vllm; its
-  # log holds each replica's start, phase by phase.
-  setsid python3 -m serve_app.cli serve "${time_args[@]}" >"${SERVE_LOG:-$out/serve-8b.log}" 2>&1 < /dev/null &
+  # log holds each replica's start, phase by phase. Appends the ready time and the failed
+  # engine starts of this start to $out/start-8b.txt.
+  local log=${SERVE_LOG:-$out/serve-8b.log} started=$SECONDS
+  setsid python3 -m serve_app.cli serve "${time_args[@]}" >"$log" 2>&1 < /dev/null &
   python3 -c "from bench.app_ready import wait_until_serving; wait_until_serving('http://127.0.0.1:8000', 600)"
+  { echo "ready after $((SECONDS - started)) s; failed engine starts (EADDRINUSE): $(grep -c EADDRINUSE "$log" || true)"
+    grep -o "Pool [a-z]*: replica serving.*" "$log" || true; } | tee -a "$out/start-8b.txt"
+}
+
+app_stop() {
+  # SIGTERM, as docker and Kubernetes stop it: the app drains and exits.
+  pkill -TERM -f "serve_app.cli serve" || true
+  for _ in $(seq 120); do pgrep -f "serve_app.cli serve" >/dev/null || return 0; sleep 1; done
+  echo "the app did not exit within 120 s of SIGTERM" >&2; return 1
+}
+
+app_wake() {
+  python3 -m bench wake --pool long --prompt-words 1500 --rounds 3 --out "$out" --name wake-8b
 }
 
 app_hops() {
@@ -99,10 +118,13 @@ case "$step" in
   app-isolation-shared) app_isolation_shared ;;
   app-colocate) app_colocate ;;
   app-start) app_start ;;
+  app-stop) app_stop ;;
+  app-wake) app_wake ;;
   app-hops) app_hops ;;
   app-vs-vllm) app_vs_vllm ;;
   all) engine; app_overhead; app_overhead_moderate; app_isolation; app_colocate ;;
   *) echo "unknown step $step: engine, app-overhead, app-overhead-moderate, app-isolation," \
-          "app-isolation-split, app-isolation-shared, app-colocate, app-start, app-hops, app-vs-vllm or all" >&2
+          "app-isolation-split, app-isolation-shared, app-colocate, app-start, app-stop, app-hops, app-vs-vllm," \
+          "app-wake or all" >&2
      exit 2 ;;
 esac

@@ -23,8 +23,15 @@ from bench.cli_common import add_api_key_arg, add_output_args, command_line, fai
 from bench.pool_activity import read_pool_activity
 from bench.result_files import write_json
 
-# The issue's bar: a sleeping GPU pool serves its first request within this long of being woken.
+# The bar: a sleeping GPU pool serves its first request within this long of being woken.
 FIRST_ANSWER_TARGET_S = 5.0
+# Words of about one token each, so that --prompt-words is about the prompt's tokens.
+WORDS = ("river", "stone", "light", "green", "house", "water", "music", "paper", "table", "cloud")
+
+
+def prompt(tag: str, words: int) -> str:
+    """A prompt that starts with `tag`: no two share a cached prefix in the engine."""
+    return " ".join([tag, *(WORDS[i % len(WORDS)] for i in range(words))])
 
 
 def pool_replicas(url: str, pool: str) -> list[dict[str, Any]]:
@@ -104,11 +111,10 @@ def bench_wake(args: argparse.Namespace) -> int:
         model = wait_until_serving(url, args.ready_timeout_s)
         rounds = []
         for n in range(args.rounds):
-            # A new prompt each round: a cached prefix would shorten the engine's part.
-            prompt = " ".join(f"w{n}x{i}" for i in range(args.prompt_words))
+            # Prompts of their own: a cached prefix would shorten the engine's part of the awake one.
             asleep_after = wait_until_asleep(url, args.pool, args.asleep_timeout_s)
-            asleep = time_to_first_token(url, model, prompt, args.api_key)
-            awake = time_to_first_token(url, model, prompt + " again", args.api_key)
+            asleep = time_to_first_token(url, model, prompt(f"asleep{n}", args.prompt_words), args.api_key)
+            awake = time_to_first_token(url, model, prompt(f"awake{n}", args.prompt_words), args.api_key)
             wakes = [r.get("last_wake_s") for r in pool_replicas(url, args.pool) if r.get("last_wake_s") is not None]
             rounds.append({"asleep_after_s": asleep_after, "ttft_asleep_s": asleep, "ttft_awake_s": awake,
                            "engine_wake_s": max(wakes) if wakes else None})

@@ -167,6 +167,11 @@ class TransportConfig(StrictModel):
         description="Ray Serve's fast path between deployments: gRPC instead of the object store, "
         "user code on the replica's own event loop, the garbage collector frozen after start.",
     )
+    ingress_max_connections: PositiveInt = Field(
+        4096,
+        description="With `haproxy`: most client connections it holds at once; lowered to what the "
+        "open-file limit allows (each takes two descriptors), or HAProxy would not start.",
+    )
     ingress_drain_s: NonNegativeFloat = Field(
         2.0,
         description="With `haproxy`: how long a stopping router still answers, so HAProxy stops "

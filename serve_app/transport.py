@@ -15,12 +15,17 @@ of the app's own time off every first token on this 2-core machine, and more und
 from __future__ import annotations
 
 import os
+import resource
 
 from core.config import TransportConfig
 
+# Descriptors HAProxy needs beyond two per connection: listeners, its stats and admin sockets.
+HAPROXY_SPARE_FDS = 64
 
-def transport_env(transport: TransportConfig) -> dict[str, str]:
-    """The Ray Serve environment variables that give the transport `transport` asks for."""
+
+def transport_env(transport: TransportConfig, open_files_limit: int | None = None) -> dict[str, str]:
+    """The Ray Serve environment variables that give the transport `transport` asks for, on a
+    host whose hard open-file limit is `open_files_limit` (default: this process's)."""
     env = {"RAY_SERVE_THROUGHPUT_OPTIMIZED": "1" if transport.throughput_optimized else "0"}
     if transport.throughput_optimized:
         # The fast path would send replica logs to files only: keep them on the console, where
@@ -29,11 +34,22 @@ def transport_env(transport: TransportConfig) -> dict[str, str]:
     if transport.ingress == "haproxy":
         env["RAY_SERVE_ENABLE_HA_PROXY"] = "1"
         env["RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S"] = f"{transport.ingress_drain_s:g}"
+        # HAProxy refuses to start when maxconn needs more descriptors than the hard limit, and
+        # Ray's own default (20000 in Ray 2.58) needs more than many hosts allow.
+        env["RAY_SERVE_HAPROXY_MAXCONN"] = str(haproxy_max_connections(transport, open_files_limit))
     else:
         # The fast path turns direct ingress on by itself; Serve's proxy then still sits in front.
         env["RAY_SERVE_ENABLE_HA_PROXY"] = "0"
         env["RAY_SERVE_ENABLE_DIRECT_INGRESS"] = "0"
     return env
+
+
+def haproxy_max_connections(transport: TransportConfig, open_files_limit: int | None = None) -> int:
+    if open_files_limit is None:
+        open_files_limit = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    if open_files_limit == resource.RLIM_INFINITY:
+        return transport.ingress_max_connections
+    return max(1, min(transport.ingress_max_connections, (open_files_limit - HAPROXY_SPARE_FDS) // 2))
 
 
 def apply_transport_env(transport: TransportConfig) -> dict[str, str]:

@@ -16,12 +16,21 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_default_is_haproxy_with_the_fast_path_between_deployments():
-    assert transport_env(TransportConfig()) == {
+    assert transport_env(TransportConfig(), open_files_limit=1 << 20) == {
         "RAY_SERVE_THROUGHPUT_OPTIMIZED": "1",
         "RAY_SERVE_LOG_TO_STDERR": "1",
         "RAY_SERVE_ENABLE_HA_PROXY": "1",
         "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "2",
+        "RAY_SERVE_HAPROXY_MAXCONN": "4096",
     }
+
+
+def test_haproxy_holds_no_more_connections_than_the_open_file_limit_allows():
+    # A host with a hard limit of 20000 descriptors: Ray 2.58's own maxconn of 20000 needs 50036,
+    # and HAProxy exits at start ("Cannot raise FD limit").
+    transport = TransportConfig(ingress_max_connections=20000)
+    assert transport_env(transport, open_files_limit=20000)["RAY_SERVE_HAPROXY_MAXCONN"] == "9968"
+    assert transport_env(transport, open_files_limit=1 << 20)["RAY_SERVE_HAPROXY_MAXCONN"] == "20000"
 
 
 def test_the_serve_proxy_keeps_direct_ingress_off_even_on_the_fast_path():
@@ -54,7 +63,8 @@ def test_an_unknown_ingress_is_refused_with_the_choices():
 
 
 def test_the_cluster_configs_start_ray_with_the_default_transport():
-    expected = transport_env(TransportConfig())
+    # Their hosts' limits are their own: the default connection count, which fits 8292 descriptors.
+    expected = transport_env(TransportConfig(), open_files_limit=1 << 20)
     dockerfile = (ROOT / "cluster" / "kuberay" / "Dockerfile").read_text().replace("\\\n", " ")
     env_line = next(line for line in dockerfile.splitlines() if line.startswith("ENV "))
     assert dict(re.findall(r"(\w+)=(\S+)", env_line)) == expected
