@@ -84,7 +84,8 @@ app_start() {
   local log=${SERVE_LOG:-$out/serve-8b.log} started=$SECONDS
   setsid python3 -m serve_app.cli serve "${time_args[@]}" >"$log" 2>&1 < /dev/null &
   python3 -c "from bench.app_ready import wait_until_serving; wait_until_serving('http://127.0.0.1:8000', 600)"
-  { echo "ready after $((SECONDS - started)) s; failed engine starts (EADDRINUSE): $(grep -c EADDRINUSE "$log" || true)"
+  { echo "ready after $((SECONDS - started)) s; failed engine starts (EADDRINUSE):" \
+      "$(grep EADDRINUSE "$log" | grep -o "EngineCore pid=[0-9]*" | sort -u | wc -l)"
     grep -o "Pool [a-z]*: replica serving.*" "$log" || true; } | tee -a "$out/start-8b.txt"
 }
 

@@ -25,7 +25,6 @@ from serving.admission import AdmissionPolicy, request_priority
 from serving.admission_queue import AdmissionQueue
 from serving.cpu_engine import DtypeChoice, apply_cpu_niceness, read_cpu_flags, with_cpu_dtype
 from serving.engine_activity import EngineActivity
-from serving.engine_ports import give_engine_its_own_port
 from serving.engine_sleep import EngineSleep
 from serving.latency_window import LatencyWindow
 from serving.request_metering import metered, prompt_tokens_hint, with_timeline
@@ -67,11 +66,8 @@ class PoolServer(LLMServer):
         **kwargs: Any
     ) -> None:
         self._constructed_at = time.monotonic()
-        # Before the base constructor, which starts the engine: its processes inherit these.
+        # Before the base constructor, which starts the engine: its processes inherit the value.
         apply_cpu_niceness(cpu_niceness, log=logger)
-        tcpstore_port = give_engine_its_own_port()
-        if tcpstore_port is not None:
-            logger.info("Pool %s: the engine's torch.distributed port search starts at %d", pool_name, tcpstore_port)
         if cpu_engine:
             # Here, on the node whose CPU will run the engine, not where the app was built.
             choice = choose_engine_dtype(llm_config, read_cpu_flags())

@@ -11,6 +11,7 @@ from ray.serve.llm import LLMConfig, build_llm_deployment
 from core.config import REPLICA_ROUTERS, ConfigError, ModelSpec, PoolConfig
 from core.price_catalog import ReplicaRate
 from deployments.pool import PoolServer
+from serving.engine_ports import DP_MASTER_PORT_ENV, dp_master_port
 
 
 def deployment_name(pool_name: str) -> str:
@@ -19,10 +20,11 @@ def deployment_name(pool_name: str) -> str:
 
 def llm_config_for_pool(
     pool_name: str, pool: PoolConfig, model: ModelSpec, model_source: str,
-    autoscaling_config: dict[str, Any] | None = None, ongoing_limit: int | None = None,
+    autoscaling_config: dict[str, Any] | None = None, ongoing_limit: int | None = None, pool_slot: int = 0,
 ) -> LLMConfig:
     """`autoscaling_config` (Ray Serve's) replaces the pool's fixed replica count;
-    `ongoing_limit` the pool's own max_ongoing_requests (TrilemmaConfig.ongoing_limit)."""
+    `ongoing_limit` the pool's own max_ongoing_requests (TrilemmaConfig.ongoing_limit);
+    `pool_slot`, the pool's place in the app, gives its engines ports of their own."""
     engine_kwargs: dict[str, Any] = {
         "max_model_len": pool.max_model_len,
         "max_num_seqs": pool.max_num_seqs,
@@ -34,6 +36,7 @@ def llm_config_for_pool(
         engine_kwargs["enable_sleep_mode"] = True
     placement: dict[str, Any]
     env = dict(pool.env)
+    env.setdefault(DP_MASTER_PORT_ENV, str(dp_master_port(pool_slot)))
     if pool.is_cpu:
         placement = {
             "accelerator_config": {"kind": "cpu"},

@@ -30,8 +30,8 @@ def build_app(
     prices = {name: rate.usd_per_hour for name, rate in rates.items()}
     llm_configs = {
         name: llm_config_for_pool(name, pool, config.model, source, serve_autoscaling_config(config, name, prices),
-                                  ongoing_limit=config.ongoing_limit(name))
-        for name, pool in config.pools.items()
+                                  ongoing_limit=config.ongoing_limit(name), pool_slot=slot)
+        for slot, (name, pool) in enumerate(config.pools.items())
     }
     pools = {
         name: with_version(

@@ -123,7 +123,7 @@ def _prepare_model(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from serve_app.launcher import deploy, serve_until_stopped
+    from serve_app.launcher import deploy_unless_stopped, serve_until_stopped
 
     config = TrilemmaConfig.from_yaml(args.config).with_overrides(parse_overrides(args.set), source="--set")
     if args.port:
@@ -131,7 +131,10 @@ def _serve(args: argparse.Namespace) -> int:
     started = time.monotonic()
     source = resolve_model_source(config.model.source)
     print(f"model ready in {time.monotonic() - started:.0f} s: {source}", flush=True)
-    url = deploy(config, model_source=source)
+    url = deploy_unless_stopped(config, model_source=source)
+    if url is None:
+        print("stopped while starting", flush=True)
+        return 0
     print(
         f"\nTrilemma is serving {config.model.name} at {url}/v1 "
         f"(ready {time.monotonic() - started:.0f} s after start; Ctrl-C or SIGTERM drains and stops it)\n"

@@ -57,6 +57,35 @@ def deploy(
     return f"http://{host}:{config.http.port}{route_prefix.rstrip('/')}"
 
 
+def deploy_unless_stopped(
+    config: TrilemmaConfig, *, engine_cls: type | None = None, model_source: str | None = None,
+    route_prefix: str = "/",
+) -> str | None:
+    """`deploy`, for a serving process: SIGTERM or Ctrl-C while the app starts removes what was
+    deployed, leaves the Ray session and returns None instead of the URL.
+
+    Ray's core aborts the process on SIGTERM (its handler, set when Ray starts), which would leave
+    the replicas and engines that were starting behind; from Ray's start on, SIGTERM stops the
+    start as Ctrl-C does.
+    """
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    try:
+        ensure_ray(config)
+        previous = signal.signal(signal.SIGTERM, interrupt)
+        try:
+            return deploy(config, engine_cls=engine_cls, model_source=model_source, route_prefix=route_prefix)
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+    except KeyboardInterrupt:
+        logger.warning("stopped while %s was starting: removing it", config.app_name)
+        if ray.is_initialized():
+            undeploy(config)
+            shutdown_local_ray()
+        return None
+
+
 def undeploy(config: TrilemmaConfig) -> None:
     """Deletes the app and waits for its replicas to stop; engines that outlive them are killed."""
     serve.delete(config.app_name, _blocking=True)

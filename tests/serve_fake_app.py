@@ -9,7 +9,7 @@ import sys
 
 from core.config import TrilemmaConfig
 from core.model_store import default_cache_dir, prepare_embedded_model
-from serve_app.launcher import deploy, serve_until_stopped
+from serve_app.launcher import deploy_unless_stopped, serve_until_stopped
 from tests.fake_engine import FakeEngine
 from tests.support import config_for_tests
 
@@ -20,16 +20,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prefix", required=True, help="route prefix, e.g. /drain")
     parser.add_argument("--tpot-s", type=float, default=0.0, help="the fake engines' time per token")
     parser.add_argument("--drain-timeout-s", type=float, default=30.0)
+    parser.add_argument("--start-s", type=float, default=0.0, help="the fake engines' start time")
     args = parser.parse_args(argv)
     raw = config_for_tests().model_dump(mode="json")
     raw["app_name"] = args.app
     raw["router"]["drain_timeout_s"] = args.drain_timeout_s
     for pool in raw["pools"].values():
         pool.update(resources={"CPU": 0.1}, drain_timeout_s=args.drain_timeout_s,
-                    env={"TRILEMMA_FAKE_TPOT_S": str(args.tpot_s)})
+                    env={"TRILEMMA_FAKE_TPOT_S": str(args.tpot_s), "TRILEMMA_FAKE_START_S": str(args.start_s)})
     config = TrilemmaConfig.from_dict(raw)
-    url = deploy(config, engine_cls=FakeEngine, model_source=str(prepare_embedded_model(default_cache_dir())),
-                 route_prefix=args.prefix)
+    print("starting", flush=True)
+    url = deploy_unless_stopped(config, engine_cls=FakeEngine,
+                                model_source=str(prepare_embedded_model(default_cache_dir())), route_prefix=args.prefix)
+    if url is None:
+        print("stopped while starting", flush=True)
+        return 0
     print(f"serving {url}", flush=True)
     serve_until_stopped(config)
     print("stopped", flush=True)

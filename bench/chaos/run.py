@@ -36,6 +36,9 @@ class FaultResult:
     sent_after: int = 0
     answered_after: int = 0
     failed_after: dict[str, int] = field(default_factory=dict)  # first words of the error -> count
+    # Of those, the requests sent after the fault (none in flight when it struck).
+    sent_later: int = 0
+    answered_later: int = 0
     hung: int = 0
     seconds_to_serving: float | None = None  # from the fault to the pool's first answer after it
     # How long the pool's replica serving now took to start, as it published it: the target for
@@ -161,6 +164,8 @@ def summarize(
     after = [r for r in records if r.started_s >= fault_at or r.started_s + r.e2e_s >= fault_at]
     result = FaultResult(
         fault, action, sent_after=len(after), answered_after=sum(r.ok for r in after),
+        sent_later=sum(r.started_s >= fault_at for r in after),
+        answered_later=sum(r.ok and r.started_s >= fault_at for r in after),
         hung=sum(r.e2e_s >= hang_s * 0.99 for r in after), seconds_to_serving=back_s,
         engines_before=engines_before, engines_after=len(engine_processes()),
         orphaned_engines_after=len(orphaned_engines()),

@@ -129,3 +129,26 @@ def test_a_replica_removed_while_it_streams_finishes_its_streams(ray_cluster, em
             assert events[-1] == "[DONE]", events[-3:]
             assert not any('"error"' in event for event in events), events
             assert sum('"content"' in event for event in events) >= TOKENS
+
+
+def test_sigterm_while_the_app_starts_removes_what_was_deployed_and_exits_0(ray_cluster, embedded_model_dir):
+    """A process stopped while its pools start (a rollout cancelled, `docker stop` at the wrong
+    moment) leaves no app and no replica behind, and says so."""
+    from ray import serve
+
+    env = {**os.environ, "RAY_ADDRESS": ray.get_runtime_context().gcs_address}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tests.serve_fake_app", "--app", "trilemma-cancelled", "--prefix", "/cancelled",
+         "--start-s", "120"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+    )
+    output: list[str] = []
+    threading.Thread(target=lambda: output.extend(process.stdout), daemon=True).start()
+    deadline = time.monotonic() + READY_WITHIN_S
+    while "trilemma-cancelled" not in serve.status().applications:  # deploying: its engines take 120 s
+        assert process.poll() is None and time.monotonic() < deadline, "".join(output[-40:])
+        time.sleep(0.5)
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(90) == 0, "".join(output[-40:])
+    assert any(line.strip() == "stopped while starting" for line in output), "".join(output[-40:])
+    assert "trilemma-cancelled" not in serve.status().applications

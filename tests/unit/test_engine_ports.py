@@ -1,34 +1,41 @@
-"""Each replica's engine searches for its torch.distributed port from a free port of its own,
-not from vLLM's fixed default, where two engines that start together collide."""
+"""Each pool's engines search for their torch.distributed port in a range of their own, set in
+the pool's runtime environment (where Ray Serve LLM's engine-config task reads it on a GPU),
+not from vLLM's default of port 100, where two engines that start together collide."""
 
 from __future__ import annotations
 
-import os
-import socket
-
-from serving.engine_ports import DP_MASTER_PORT_ENV, TCPSTORE_PORT_OFFSET, give_engine_its_own_port
-
-
-def test_the_search_starts_at_a_port_free_when_the_replica_started(monkeypatch):
-    monkeypatch.delenv(DP_MASTER_PORT_ENV, raising=False)
-    port = give_engine_its_own_port()
-    assert int(os.environ[DP_MASTER_PORT_ENV]) + TCPSTORE_PORT_OFFSET == port
-    assert port > 1024  # no privileged port, unlike vLLM's default search from port 100
-    with socket.socket() as engine:
-        engine.bind(("", port))  # still free for the engine that comes next
+from core.config import CONFIG_DIR, TrilemmaConfig
+from serve_app.app import build_app
+from serving.engine_ports import DP_MASTER_PORT_ENV, PORTS_PER_POOL, TCPSTORE_PORT_OFFSET
 
 
-def test_replicas_started_together_search_from_different_ports(monkeypatch):
-    starts = set()
-    for _ in range(20):
-        monkeypatch.delenv(DP_MASTER_PORT_ENV, raising=False)
-        starts.add(give_engine_its_own_port())
-    # The kernel hands out ports at random: two of 20 may meet by chance (under 1%), three
-    # almost never; vLLM's own default gave all 20 the same start.
-    assert len(starts) >= 18
+def test_each_pool_of_the_app_gets_its_own_port_range():
+    from deployments.pool_deployment import llm_config_for_pool
+
+    config = TrilemmaConfig.from_yaml(CONFIG_DIR / "gpu-h200.yaml")
+    starts = [int(llm_config_for_pool(name, pool, config.model, "/m", pool_slot=slot)
+                  .runtime_env["env_vars"][DP_MASTER_PORT_ENV]) + TCPSTORE_PORT_OFFSET
+              for slot, (name, pool) in enumerate(config.pools.items())]
+    assert len(set(starts)) == len(starts) and min(starts) > 1024  # vLLM's own default: 100 for all
+    assert abs(starts[0] - starts[1]) >= PORTS_PER_POOL
+    # Clear of the ranges the config gives vLLM's other ports (VLLM_PORT 29500 and 29600).
+    assert min(starts) > 29600 + 100
 
 
-def test_an_operators_own_port_is_kept(monkeypatch):
-    monkeypatch.setenv(DP_MASTER_PORT_ENV, "29500")
-    assert give_engine_its_own_port() is None
-    assert os.environ[DP_MASTER_PORT_ENV] == "29500"
+def test_the_built_app_carries_each_pools_range_in_its_runtime_environment():
+    config = TrilemmaConfig.from_yaml(CONFIG_DIR / "local-cpu.yaml")
+    pools = build_app(config, model_source="/m")._bound_deployment.init_kwargs["pools"]
+    ports = {pool._bound_deployment.init_kwargs["llm_config"].runtime_env["env_vars"][DP_MASTER_PORT_ENV]
+             for pool in pools.values()}
+    assert len(ports) == len(config.pools)
+
+
+def test_an_operators_own_port_is_kept():
+    from deployments.pool_deployment import llm_config_for_pool
+
+    raw = TrilemmaConfig.from_yaml(CONFIG_DIR / "gpu-h200.yaml").model_dump(mode="json")
+    raw["pools"]["short"]["env"][DP_MASTER_PORT_ENV] = "40000"
+    config = TrilemmaConfig.from_dict(raw)
+    llm = llm_config_for_pool("short", config.pools["short"], config.model, "/m", pool_slot=1)
+    assert llm.runtime_env["env_vars"][DP_MASTER_PORT_ENV] == "40000"
+
