@@ -7,9 +7,10 @@ them in its own environment (cluster/aws.yaml and cluster/kuberay/Dockerfile car
 default ones, `transport_env` is what they must match).
 
 Why the defaults: on the stock path a first token crosses Serve's Python proxy, the object
-store twice and a thread hop in each replica. Measured on one request in flight
-(bench/results/transport-ab-cpu.md), HAProxy with gRPC between deployments took about 17 ms
-of the app's own time off every first token on this 2-core machine, and more under load.
+store twice and a thread hop in each replica. With HAProxy and gRPC between deployments the
+app's own part of a first token fell from 43.5 to 20.3 ms at 1 in flight and from 105 to 57 ms
+at 4 on a 2-core CPU (bench/results/hops-cpu*.md, one session), and from 15.6 to 10.8 ms at 1
+and 37.8 to 26.8 ms at 16 on an H200 (bench/results/gpu-h200/hops-8b*.md, two sessions).
 """
 
 from __future__ import annotations
