@@ -177,6 +177,11 @@ class TransportConfig(StrictModel):
         description="With `haproxy`: how long a stopping router still answers, so HAProxy stops "
         "sending it requests first (Ray's default of 30 s is meant for outside load balancers).",
     )
+    ingress_replay_unanswered: bool = Field(
+        True,
+        description="With `haproxy`: a request whose router died before answering a byte is sent "
+        "to another router (its tokens may then be generated twice); false: the client gets a 500.",
+    )
 
 
 class CostConfig(StrictModel):

@@ -22,6 +22,8 @@ from core.config import TransportConfig
 
 # Descriptors HAProxy needs beyond two per connection: listeners, its stats and admin sockets.
 HAPROXY_SPARE_FDS = 64
+# HAProxy's `retry-on`: replay a request that got no byte back, connection refused or closed.
+REPLAY_UNANSWERED = "conn-failure empty-response"
 
 
 def transport_env(transport: TransportConfig, open_files_limit: int | None = None) -> dict[str, str]:
@@ -38,6 +40,11 @@ def transport_env(transport: TransportConfig, open_files_limit: int | None = Non
         # HAProxy refuses to start when maxconn needs more descriptors than the hard limit, and
         # Ray's own default (20000 in Ray 2.58) needs more than many hosts allow.
         env["RAY_SERVE_HAPROXY_MAXCONN"] = str(haproxy_max_connections(transport, open_files_limit))
+        # HAProxy replays a request on another router only when it could not connect. A router
+        # killed a moment ago can still take a connection (or HAProxy reuses an idle one to it)
+        # and close it unanswered: without `empty-response` that client gets a 500 although
+        # another router serves.
+        env["RAY_SERVE_HAPROXY_RETRY_ON"] = REPLAY_UNANSWERED if transport.ingress_replay_unanswered else "conn-failure"
     else:
         # The fast path turns direct ingress on by itself; Serve's proxy then still sits in front.
         env["RAY_SERVE_ENABLE_HA_PROXY"] = "0"

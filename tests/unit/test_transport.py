@@ -22,7 +22,13 @@ def test_the_default_is_haproxy_with_the_fast_path_between_deployments():
         "RAY_SERVE_ENABLE_HA_PROXY": "1",
         "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "2",
         "RAY_SERVE_HAPROXY_MAXCONN": "4096",
+        "RAY_SERVE_HAPROXY_RETRY_ON": "conn-failure empty-response",
     }
+
+
+def test_a_request_a_dying_router_left_unanswered_is_replayed_unless_turned_off():
+    replay = TransportConfig(ingress_replay_unanswered=False)
+    assert transport_env(replay, open_files_limit=1 << 20)["RAY_SERVE_HAPROXY_RETRY_ON"] == "conn-failure"
 
 
 def test_haproxy_holds_no_more_connections_than_the_open_file_limit_allows():
@@ -67,9 +73,9 @@ def test_the_cluster_configs_start_ray_with_the_default_transport():
     expected = transport_env(TransportConfig(), open_files_limit=1 << 20)
     dockerfile = (ROOT / "cluster" / "kuberay" / "Dockerfile").read_text().replace("\\\n", " ")
     env_line = next(line for line in dockerfile.splitlines() if line.startswith("ENV "))
-    assert dict(re.findall(r"(\w+)=(\S+)", env_line)) == expected
+    assert {name: value.strip('"') for name, value in re.findall(r'(\w+)=("[^"]*"|\S+)', env_line)} == expected
     launcher = yaml.safe_load((ROOT / "cluster" / "aws.yaml").read_text())
-    options = [o.removeprefix("--env ") for o in launcher["docker"]["run_options"] if o.startswith("--env ")]
+    options = [o.removeprefix("--env ").strip('"') for o in launcher["docker"]["run_options"] if o.startswith("--env ")]
     assert dict(o.split("=", 1) for o in options) == expected
 
 
