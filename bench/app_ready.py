@@ -22,10 +22,13 @@ def pools_not_serving(pools: dict[str, Any]) -> list[str]:
     return sorted(name for name, pool in pools.items() if not pool["replicas"])
 
 
-def wait_until_serving(url: str, timeout_s: float, say: Callable[[str], None] = print) -> str:
+def wait_until_serving(
+    url: str, timeout_s: float, say: Callable[[str], None] = print, *, poll_s: float = POLL_S,
+    alive: Callable[[], bool] = lambda: True,
+) -> str:
     """The app's model, once it answers and every pool serves (an app just started is waited
     for too); a ValueError that names what is missing when nothing answers or a pool has no
-    replica within `timeout_s`."""
+    replica within `timeout_s`, or once `alive` (the process serving it) says it ended."""
     base = url.rstrip("/")
     deadline = time.monotonic() + timeout_s
     said: str | None = None
@@ -35,10 +38,12 @@ def wait_until_serving(url: str, timeout_s: float, say: Callable[[str], None] = 
             return model
         if time.monotonic() >= deadline:
             raise ValueError(f"{missing} within the ready timeout of {timeout_s:g} s at {url}")
+        if not alive():
+            raise ValueError(f"the app ended before it served: {missing}")
         if missing != said:
             say(f"waiting: {missing} (up to {timeout_s:g} s) ...")
             said = missing
-        time.sleep(POLL_S)
+        time.sleep(poll_s)
 
 
 def _model_and_missing(base: str) -> tuple[str | None, str | None]:

@@ -30,6 +30,7 @@ from bench.report import ReportError, write_report, write_sweep
 from bench.result_files import markdown_table, write_json, write_results
 from bench.runner import EndpointError, Workload, resolve_model, run_point, warm_up
 from bench.soak.cli import add_soak_command
+from bench.start_time import add_start_command
 from bench.sweep import Knob, SweepError, parse_values, run_sweep
 from bench.vs_vllm import add_vs_vllm_command
 from bench.wake import add_wake_command
@@ -119,6 +120,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
 
     add_hops_command(sub)
     add_vs_vllm_command(sub)
+    add_start_command(sub)
     add_wake_command(sub)
     add_chaos_command(sub)
     add_soak_command(sub)

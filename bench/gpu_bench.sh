@@ -4,7 +4,7 @@
 # Steps that fit in 10 minutes each: engine, app-overhead (two deployments), app-overhead-moderate,
 # app-isolation-split, app-isolation-shared (which completes the split arm's result), app-colocate;
 # app-start (leaves the app serving), then app-hops, app-vs-vllm and app-wake against it, and
-# app-stop.
+# app-stop; app-starts (the app's ready time over several starts, against its engines alone).
 # Needs vLLM and Ray importable (on the H200 host: PYTHONPATH of the installed wheelhouse) and
 # the architecture folders under $MODELS (default .wh/gpu/models). Weights are random
 # (load_format dummy): speed does not depend on their values.
@@ -89,6 +89,12 @@ app_start() {
     grep -o "Pool [a-z]*: replica serving.*" "$log" || true; } | tee -a "$out/start-8b.txt"
 }
 
+app_starts() {
+  # Each pool's engine alone with plain `vllm serve` (which warms the caches), then the app
+  # started STARTS times (default 3: 5 do not fit one 10-minute call) and stopped each time.
+  python3 -m bench start "${time_args[@]}" --starts "${STARTS:-3}" --out "$out" --name "${START_NAME:-start-8b-warm}"
+}
+
 app_stop() {
   # SIGTERM, as docker and Kubernetes stop it: the app drains and exits.
   pkill -TERM -f "serve_app.cli serve" || true
@@ -106,8 +112,10 @@ app_hops() {
 }
 
 app_vs_vllm() {
-  python3 -m bench vs-vllm "${time_args[@]}" --app-url http://127.0.0.1:8000 --concurrency 1,16,256 \
-    --rounds 2 --num-prompts 16 --input-len 512 --output-len 128 --out "$out" --name vs-vllm-8b --no-progress
+  # VS_CONCURRENCY and VS_NAME split the load points over calls shorter than the whole run.
+  python3 -m bench vs-vllm "${time_args[@]}" --app-url http://127.0.0.1:8000 \
+    --concurrency "${VS_CONCURRENCY:-1,16,256}" --rounds 2 --num-prompts 16 --input-len 512 --output-len 128 \
+    --out "$out" --name "${VS_NAME:-vs-vllm-8b}" --no-progress
 }
 
 case "$step" in
@@ -120,12 +128,13 @@ case "$step" in
   app-colocate) app_colocate ;;
   app-start) app_start ;;
   app-stop) app_stop ;;
+  app-starts) app_starts ;;
   app-wake) app_wake ;;
   app-hops) app_hops ;;
   app-vs-vllm) app_vs_vllm ;;
   all) engine; app_overhead; app_overhead_moderate; app_isolation; app_colocate ;;
   *) echo "unknown step $step: engine, app-overhead, app-overhead-moderate, app-isolation," \
-          "app-isolation-split, app-isolation-shared, app-colocate, app-start, app-stop, app-hops, app-vs-vllm," \
-          "app-wake or all" >&2
+          "app-isolation-split, app-isolation-shared, app-colocate, app-start, app-stop, app-starts, app-hops," \
+          "app-vs-vllm, app-wake or all" >&2
      exit 2 ;;
 esac

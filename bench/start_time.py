@@ -1,0 +1,210 @@
+"""`trilemma bench start`: how long the app takes to serve, against its engines started alone.
+
+Each pool's engine is first started alone with plain `vllm serve` and exactly the pool's
+engine settings: what a user who runs one engine waits for, and, run first, what leaves the
+compile and model caches warm. Then the app is started `--starts` times with `trilemma serve`,
+as `make serve` does, each time until every pool serves, and stopped with SIGTERM. Per start:
+the seconds until every pool served, each replica's start phase by phase (its own log line),
+and the engines that failed to start, with the port collisions (`EADDRINUSE`) counted apart.
+
+Targets: the app's median ready time at most 1.25x the slowest engine alone, and no engine
+that fails to start in any start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench import machine
+from bench.app_ready import wait_until_serving
+from bench.cli_common import add_app_args, add_output_args, app_config, command_line, fail, shown_path
+from bench.result_files import write_json
+from bench.vs_vllm import plain_vllm, pool_engine, vllm_serve_argv
+from core.config import ConfigError, TrilemmaConfig
+from core.model_store import resolve_model_source
+from serving.engine_processes import engine_processes
+
+READY_RATIO_TARGET = 1.25
+# A start is read from `trilemma serve`'s console: Ray prefixes each process's lines with its name.
+_ENGINE_ERROR = re.compile(r"\((EngineCore\w*) pid=(\d+)\)[^\n]*\bERROR\b")
+_PHASES = re.compile(r"Pool \S+: replica serving [^\n]*")
+STOP_WAIT_S = 180.0
+POLL_S = 1.0
+
+
+@dataclass
+class AppStart:
+    """One start of the app, as its console told it."""
+
+    ready_s: float | None
+    failed_engines: int = 0
+    port_collisions: int = 0
+    phases: list[str] = field(default_factory=list)  # each replica's start, phase by phase
+    stopped_s: float | None = None  # from SIGTERM until `trilemma serve` ended
+    exit_code: int | None = None
+    error: str | None = None
+
+
+def read_start(console: str) -> tuple[int, int, list[str]]:
+    """From what `trilemma serve` printed while it started: the engines that logged an error
+    (each engine process once), those of them that could not bind a port, and the replicas'
+    phase lines."""
+    failed: set[str] = set()
+    collided: set[str] = set()
+    for line in console.splitlines():
+        match = _ENGINE_ERROR.search(line)
+        if match:
+            failed.add(match.group(2))
+            if "EADDRINUSE" in line:
+                collided.add(match.group(2))
+    phases = [re.sub(r"\s+", " ", line).strip() for line in _PHASES.findall(console)]
+    return len(failed), len(collided), phases
+
+
+def serve_argv(config_path: Path, overrides: list[str]) -> list[str]:
+    argv = [sys.executable, "-m", "serve_app.cli", "serve", "--config", str(config_path)]
+    for override in overrides:
+        argv += ["--set", override]
+    return argv
+
+
+def start_app_once(argv: list[str], url: str, log: Path, timeout_s: float) -> AppStart:
+    """`trilemma serve` until every pool serves, then SIGTERM and its exit. The console up to
+    the moment it served is what the start is read from."""
+    with open(log, "w") as out:
+        started = time.monotonic()
+        process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                   start_new_session=True)
+        try:
+            wait_until_serving(url, timeout_s, say=lambda _: None, poll_s=POLL_S,
+                               alive=lambda: process.poll() is None)
+            result = AppStart(ready_s=time.monotonic() - started)
+        except ValueError as error:
+            result = AppStart(ready_s=None, error=str(error))
+        result.failed_engines, result.port_collisions, result.phases = read_start(log.read_text(errors="replace"))
+        stopping = time.monotonic()
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+        try:
+            result.exit_code = process.wait(STOP_WAIT_S)
+            result.stopped_s = time.monotonic() - stopping
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            result.exit_code = process.wait()
+            result.error = (result.error or "") + f" did not exit within {STOP_WAIT_S:.0f} s of SIGTERM"
+    _wait_for_engines_to_end()
+    return result
+
+
+def _wait_for_engines_to_end(timeout_s: float = 60.0) -> None:
+    """The next start finds the machine as a fresh one would: no engine of the last one left."""
+    deadline = time.monotonic() + timeout_s
+    while engine_processes() and time.monotonic() < deadline:
+        time.sleep(1.0)
+
+
+def engines_alone(config: TrilemmaConfig, workdir: Path, port: int, timeout_s: float) -> dict[str, float]:
+    """Each pool's engine started alone by plain `vllm serve`: seconds until it answered."""
+    source = resolve_model_source(config.model.source)
+    ready: dict[str, float] = {}
+    for pool in config.pools:
+        engine_kwargs, env = pool_engine(config, pool, source)
+        argv = vllm_serve_argv(engine_kwargs, source, config.model.name, port, workdir / f"vllm-{pool}.yaml")
+        print(f"start: plain vLLM with pool {pool}'s engine settings ...", flush=True)
+        with plain_vllm(argv, env, f"http://127.0.0.1:{port}", workdir / f"vllm-{pool}.log", timeout_s) as ready_s:
+            ready[pool] = ready_s
+        print(f"start: plain vLLM ({pool}) served after {ready_s:.1f} s", flush=True)
+        _wait_for_engines_to_end()
+    return ready
+
+
+def judged(alone: dict[str, float], starts: list[AppStart]) -> dict[str, Any]:
+    ready = [start.ready_s for start in starts if start.ready_s is not None]
+    slowest = max(alone.values())
+    median = statistics.median(ready) if ready else None
+    return {
+        "slowest_engine_alone_s": slowest,
+        "app_ready_median_s": median,
+        "ready_ratio": median / slowest if median is not None else None,
+        "targets": {
+            f"ready at most {READY_RATIO_TARGET:g}x the slowest engine alone":
+                median is not None and len(ready) == len(starts) and median <= READY_RATIO_TARGET * slowest,
+            "no engine failed to start": all(start.failed_engines == 0 for start in starts),
+        },
+    }
+
+
+def markdown(result: dict[str, Any]) -> str:
+    alone = ", ".join(f"{pool} {seconds:.1f} s" for pool, seconds in result["engines_alone_s"].items())
+    lines = [
+        f"# {result['name']}", "", f"Command: `{result['command']}`", "",
+        f"On {result['machine']}. Each pool's engine alone (plain `vllm serve`, the pool's engine settings, "
+        f"run first: the caches are warm for the app): {alone}. Then `trilemma serve` {len(result['starts'])} "
+        "times, each until every pool served, then SIGTERM.", "",
+        "| start | ready (s) | failed engine starts | of them EADDRINUSE | stopped after SIGTERM (s) | exit |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for index, start in enumerate(result["starts"], 1):
+        ready = f"{start['ready_s']:.1f}" if start["ready_s"] is not None else f"not ready: {start['error']}"
+        stopped = f"{start['stopped_s']:.1f}" if start["stopped_s"] is not None else "-"
+        lines.append(f"| {index} | {ready} | {start['failed_engines']} | {start['port_collisions']} | {stopped} "
+                     f"| {start['exit_code']} |")
+    if result["ready_ratio"] is not None:
+        lines += ["", f"Median ready {result['app_ready_median_s']:.1f} s against the slowest engine alone "
+                      f"{result['slowest_engine_alone_s']:.1f} s: {result['ready_ratio']:.2f}x."]
+    met = ", ".join(f"{name}: {'yes' if ok else '**no**'}" for name, ok in result["targets"].items())
+    lines += ["", f"Targets: {met}.", "", "Each replica's start, phase by phase (the last start):", ""]
+    lines += [f"- {phase}" for phase in (result["starts"][-1]["phases"] if result["starts"] else [])]
+    return "\n".join(lines) + "\n"
+
+
+def add_start_command(sub: argparse._SubParsersAction) -> None:
+    start = sub.add_parser("start", help="the app's ready time over several starts, against each pool's "
+                                         "engine started alone with plain `vllm serve`", allow_abbrev=False)
+    add_app_args(start)
+    start.add_argument("--starts", type=int, default=5, help="how many times the app is started")
+    start.add_argument("--vllm-port", type=int, default=8100)
+    start.add_argument("--ready-timeout-s", type=float, default=900.0)
+    add_output_args(start, "start")
+    start.set_defaults(func=bench_start)
+
+
+def bench_start(args: argparse.Namespace) -> int:
+    try:
+        config = app_config(args)
+        if args.starts < 1:
+            raise ValueError(f"--starts must be 1 or more, got {args.starts}")
+    except (ConfigError, ValueError) as error:
+        return fail(error)
+    url = f"http://127.0.0.1:{config.http.port}"
+    with tempfile.TemporaryDirectory(prefix="bench-start-") as workdir:
+        try:
+            alone = engines_alone(config, Path(workdir), args.vllm_port, args.ready_timeout_s)
+        except RuntimeError as error:
+            return fail(error)
+        starts = []
+        for index in range(args.starts):
+            print(f"start: the app, start {index + 1} of {args.starts} ...", flush=True)
+            log = Path(workdir) / f"serve-{index + 1}.log"
+            starts.append(start_app_once(serve_argv(args.config, args.set), url, log, args.ready_timeout_s))
+            print(f"start {index + 1}: {starts[-1]}", flush=True)
+    name = args.name or "start"
+    result = {"name": name, "command": command_line(args), "machine": machine.describe(),
+              "engines_alone_s": alone, "starts": [asdict(start) for start in starts], **judged(alone, starts)}
+    json_path = write_json(result, Path(args.out), name)
+    md_path = json_path.with_suffix(".md")
+    md_path.write_text(markdown(result))
+    print(md_path.read_text())
+    print(f"results: {shown_path(json_path)}, {shown_path(md_path)}")
+    return 0 if all(result["targets"].values()) else 1

@@ -1,0 +1,54 @@
+"""`trilemma bench start`: what a start's console says about failed engines and phases, and the
+verdict against the engines started alone."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from bench.start_time import AppStart, judged, markdown, read_start
+
+# As `trilemma serve` printed them on an H200 when the long pool's engine could not bind port 100.
+CONSOLE = """\
+(ServeReplica:trilemma:pool-long pid=2612) (EngineCore pid=3252) ERROR 12-01 16:44:24 [core.py:1330] \
+torch.distributed.DistNetworkError: The server socket has failed to listen on any local network address. \
+port: 100, useIpv6: false, code: -98, name: EADDRINUSE, message: address already in use
+(ServeReplica:trilemma:pool-long pid=2612) (EngineCore pid=3252) ERROR 12-01 16:44:24 [core.py:1331] Traceback
+(ServeReplica:trilemma:pool-short pid=2611) (EngineCore_DP0 pid=3260) ERROR 12-01 16:44:30 [core.py:9] CUDA OOM
+(ServeReplica:trilemma:pool-short pid=2611) (EngineCore_DP0 pid=3261) INFO 12-01 16:45:00 [core.py:9] Error budget ok
+(ServeReplica:trilemma:pool-short pid=2611) INFO 2026-12-01 16:46:24,470 trilemma_pool-short 83qwucjc -- \
+Pool short: replica serving 199.6 s after it was created: before the engine 1.0 s, engine start (load, compile, \
+KV cache) 198.5 s, warm-up 0.1 s
+"""
+
+
+def test_each_failed_engine_counts_once_and_a_port_collision_apart():
+    failed, collided, phases = read_start(CONSOLE)
+    assert (failed, collided) == (2, 1)
+    assert phases == ["Pool short: replica serving 199.6 s after it was created: before the engine 1.0 s, "
+                      "engine start (load, compile, KV cache) 198.5 s, warm-up 0.1 s"]
+
+
+def test_a_clean_start_has_no_failed_engine():
+    assert read_start("(EngineCore_DP0 pid=7) INFO loading weights\nApplication 'trilemma' is ready\n")[:2] == (0, 0)
+
+
+def test_the_median_start_is_held_against_the_slowest_engine_alone():
+    alone = {"short": 40.0, "long": 50.0}
+    starts = [AppStart(ready_s=60.0), AppStart(ready_s=70.0), AppStart(ready_s=61.0)]
+    verdict = judged(alone, starts)
+    assert verdict["app_ready_median_s"] == 61.0 and verdict["ready_ratio"] == 61.0 / 50.0
+    assert all(verdict["targets"].values())
+    starts[1].failed_engines = 1
+    slow = judged(alone, [*starts, AppStart(ready_s=90.0), AppStart(ready_s=95.0)])
+    assert slow["app_ready_median_s"] == 70.0
+    assert list(slow["targets"].values()) == [False, False]
+
+
+def test_a_start_that_never_served_fails_the_ready_target_and_is_shown():
+    starts = [AppStart(ready_s=55.0), AppStart(ready_s=None, error="pools ['long'] have no replica serving")]
+    verdict = judged({"short": 50.0}, starts)
+    assert not verdict["targets"]["ready at most 1.25x the slowest engine alone"]
+    text = markdown({"name": "start-cpu", "command": "trilemma bench start", "machine": "m",
+                     "engines_alone_s": {"short": 50.0}, "starts": [asdict(s) for s in starts], **verdict})
+    assert "not ready: pools ['long'] have no replica serving" in text
+    assert "ready at most 1.25x the slowest engine alone: **no**" in text
