@@ -26,6 +26,7 @@ from bench.colocate import add_command as add_colocate_command
 from bench.datasets import DATASETS, DatasetError, load_dataset
 from bench.hops import add_hops_command
 from bench.metrics import Slo
+from bench.quality.cli import add_quality_command
 from bench.report import ReportError, write_report, write_sweep
 from bench.result_files import markdown_table, write_json, write_results
 from bench.runner import EndpointError, Workload, resolve_model, run_point, warm_up
@@ -121,6 +122,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     add_hops_command(sub)
     add_vs_vllm_command(sub)
     add_start_command(sub)
+    add_quality_command(sub)
     add_wake_command(sub)
     add_chaos_command(sub)
     add_soak_command(sub)

@@ -124,3 +124,33 @@ def sweep_curves(sweep: dict[str, Any], slo_ms: dict[str, float], path: Path) ->
     figure.savefig(path, dpi=110)
     plt.close(figure)
     return path
+
+
+def quality_corners(pools: list[dict[str, Any]], path: Path) -> Path:
+    """The three corners per pool and precision: p99 TTFT against $ per 1M tokens, coloured by
+    perplexity (left), and what the quality costs, perplexity against $ per 1M tokens (right)."""
+    figure, (trade_axis, quality_axis) = plt.subplots(1, 2, figsize=(11, 4.2))
+    priced = [p for p in pools if p["usd_per_1m_tokens"] is not None]
+    if priced:
+        dots = trade_axis.scatter([p["ttft_ms"]["p99"] for p in priced], [p["usd_per_1m_tokens"] for p in priced],
+                                  c=[p["perplexity"] for p in priced], cmap="viridis_r", s=80)
+        figure.colorbar(dots, ax=trade_axis, label="perplexity (lower is better)")
+        quality_axis.scatter([p["usd_per_1m_tokens"] for p in priced], [p["perplexity"] for p in priced], s=80)
+    for p in priced:
+        label = f"{p['pool']} ({p['precision_label']})"
+        trade_axis.annotate(label, (p["ttft_ms"]["p99"], p["usd_per_1m_tokens"]), fontsize=7,
+                            xytext=(4, 4), textcoords="offset points")
+        quality_axis.annotate(f"{label}, task {p['task_score']:.0%}", (p["usd_per_1m_tokens"], p["perplexity"]),
+                              fontsize=7, xytext=(4, 4), textcoords="offset points")
+    trade_axis.set_xlabel("TTFT p99 (ms)")
+    trade_axis.set_ylabel("$ per 1M tokens")
+    trade_axis.set_title("Latency and cost, coloured by quality")
+    quality_axis.set_xlabel("$ per 1M tokens")
+    quality_axis.set_ylabel("perplexity on held-out text")
+    quality_axis.set_title("What the quality costs (lower-left is better)")
+    for axis in (trade_axis, quality_axis):
+        axis.grid(alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path

@@ -54,6 +54,23 @@ class ModelSpec(StrictModel):
     )
 
 
+class QualityLossLimit(StrictModel):
+    perplexity: NonNegativeFloat | None = Field(
+        None, description="Most perplexity a move may add over the pool the request would have had; null: no limit.",
+    )
+    task_points: NonNegativeFloat | None = Field(
+        None, description="Most task score a move may lose, in percentage points; null: no limit.",
+    )
+
+
+class QualityConfig(StrictModel):
+    results: str | None = Field(
+        None,
+        description="A `trilemma bench quality` JSON result: each pool's measured perplexity and task score, "
+        "which moves to a cheaper pool are reported and checked against; null: none measured.",
+    )
+
+
 class ScenarioConfig(StrictModel):
     description: str = Field("", description="What the scenario is for, for people.")
     priority: int = Field(
@@ -80,6 +97,11 @@ class ScenarioConfig(StrictModel):
     )
     pools: list[str] | None = Field(
         None, description="Pools the scenario may use; null means all (an empty list: none)."
+    )
+    max_quality_loss: QualityLossLimit | None = Field(
+        None,
+        description="Most quality a move to a cheaper pool (`prefer: cheapest`, the cost profile) may give up, "
+        "as `quality.results` measured it; a move beyond it, or not measured, is not made. Null: any move.",
     )
     slo_ttft_ms: PositiveInt | None = Field(
         None, description="p99 time to first token the autoscaler holds for this scenario; null: none.",
@@ -227,6 +249,9 @@ class TrilemmaConfig(StrictModel):
     transport: TransportConfig = Field(
         default_factory=TransportConfig, description="How requests and tokens travel between Ray Serve's processes."
     )
+    quality: QualityConfig = Field(
+        default_factory=QualityConfig, description="Each pool's measured quality, for the moves to cheaper pools."
+    )
 
     @model_validator(mode="after")
     def _names_and_references(self) -> TrilemmaConfig:
@@ -257,6 +282,12 @@ class TrilemmaConfig(StrictModel):
                 raise ValueError(f"{section} names unknown pools {unknown}; configured: {sorted(self.pools)}")
         for pool_name, scaling in self.autoscaling.pools.items():
             self._check_concurrency_rule(pool_name, scaling)
+        limited = sorted(name for name, scenario in self.scenarios.items() if scenario.max_quality_loss)
+        if limited and self.quality.results is None:
+            raise ValueError(
+                f"scenarios {limited} set max_quality_loss, but quality.results names no measurement to hold "
+                "moves against: run `trilemma bench quality` and set quality.results to its JSON"
+            )
         if self.routing.default_scenario not in self.scenarios:
             raise ValueError(
                 f"routing.default_scenario {self.routing.default_scenario!r} is not a scenario; "

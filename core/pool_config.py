@@ -114,7 +114,9 @@ class PoolConfig(StrictModel):
         "the cheapest accelerator with that much. Null: the pool needs `accelerator` itself.",
     )
     quantization: str | None = Field(
-        None, description="vLLM quantization method (e.g. `fp8`, `awq`); null for full precision."
+        None, description="vLLM quantization method (e.g. `fp8`, `awq`), or `w8a8-int8`: int8 weights and "
+        "activations, derived once from the model's checkpoint folder (core/int8_checkpoint.py; runs on any x86 "
+        "CPU and on GPUs); null for full precision."
     )
     purchase: Literal["on_demand", "spot"] = Field(
         "on_demand", description="How the pool's machines are bought; picks the catalog price."

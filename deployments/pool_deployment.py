@@ -3,12 +3,15 @@ arguments, placement, environment and deployment options."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from ray.serve.deployment import Application
 from ray.serve.llm import LLMConfig, build_llm_deployment
 
 from core.config import REPLICA_ROUTERS, ConfigError, ModelSpec, PoolConfig
+from core.int8_checkpoint import VLLM_METHOD, W8A8_INT8, prepare_w8a8_int8
+from core.model_store import default_cache_dir
 from core.price_catalog import ReplicaRate
 from deployments.pool import PoolServer
 from serving.engine_ports import DP_MASTER_PORT_ENV, dp_master_port
@@ -16,6 +19,17 @@ from serving.engine_ports import DP_MASTER_PORT_ENV, dp_master_port
 
 def deployment_name(pool_name: str) -> str:
     return f"pool-{pool_name}"
+
+
+def int8_source(pool_name: str, model_source: str) -> Path:
+    folder = Path(model_source)
+    if not (folder / "config.json").is_file():
+        raise ConfigError(
+            f"pools.{pool_name}.quantization {W8A8_INT8} is derived from a local checkpoint folder; "
+            f"the model's source {model_source!r} is not one (set model.source to a folder, or name a "
+            "quantized checkpoint's own method)"
+        )
+    return prepare_w8a8_int8(folder, default_cache_dir())
 
 
 def llm_config_for_pool(
@@ -30,7 +44,10 @@ def llm_config_for_pool(
         "max_num_seqs": pool.max_num_seqs,
         **pool.engine_kwargs,
     }
-    if pool.quantization:
+    if pool.quantization == W8A8_INT8:  # derived here from the model's own checkpoint
+        model_source = str(int8_source(pool_name, model_source))
+        engine_kwargs["quantization"] = VLLM_METHOD
+    elif pool.quantization:
         engine_kwargs["quantization"] = pool.quantization
     if pool.sleep_when_idle.after_s is not None:
         engine_kwargs["enable_sleep_mode"] = True

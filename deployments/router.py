@@ -34,6 +34,7 @@ from deployments.pool_watch import PoolWatch
 from deployments.stream_relay import relay
 from serving.cost_profile import CostProfileWatch, apply_cost_profile
 from serving.pool_health import Outage, PoolHealth
+from serving.quality_ledger import QualityLedger
 from serving.request_timeline import RequestTimeline
 from serving.routing import RouteDecision, RouteRequest, RoutingPolicy
 from serving.scenarios import apply_profile, normalize_request, requested_max_tokens
@@ -64,6 +65,7 @@ class TrilemmaRouter(OpenAiIngress):
         tokenizer_source: str,
         rates: dict[str, dict[str, float]],
         tenants: dict[str, dict[str, Any]],
+        quality: dict[str, Any] | None = None,
     ) -> None:
         # The base class answers /v1/models from its model cards; one card, the public name.
         first_pool = next(iter(pools.values()))
@@ -74,7 +76,8 @@ class TrilemmaRouter(OpenAiIngress):
         self._config = config
         self._rates = {name: ReplicaRate(**rate) for name, rate in rates.items()}
         self._policy = RoutingPolicy.from_config(
-            config.routing, {name: rate.usd_per_hour for name, rate in self._rates.items()}
+            config.routing, {name: rate.usd_per_hour for name, rate in self._rates.items()},
+            QualityLedger.from_dict(quality) if quality else None,
         )
         self._accounting = Accounting(tenants, config.tenants.spend_file)
         self._token_counter = PromptTokenCounter(tokenizer_source)
@@ -318,6 +321,7 @@ class TrilemmaRouter(OpenAiIngress):
             max_tokens=max_tokens,
             scenario=scenario_name,
             prefer_cheapest=scenario.prefer == "cheapest",
+            max_quality_loss=scenario.max_quality_loss,
         )
         # Pools that would take the request but are down: skipped, and named in the answer.
         outages = [

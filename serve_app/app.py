@@ -16,6 +16,7 @@ from core.upstream import to_model_metadata
 from deployments.http_api import router_ingress_class
 from deployments.pool_deployment import build_pool_deployment, llm_config_for_pool
 from serve_app.deployment_versions import with_version, without_replica_counts
+from serving.quality_ledger import QualityLedger
 from serving.tenants import TenantDirectory
 
 
@@ -59,10 +60,12 @@ def build_app(
     # Read here, where the keys file and environment are the operator's; only hashes travel.
     tenants = {name: entry.model_dump() for name, entry in TenantDirectory.load(
         config.tenants.keys_file, config.tenants.keys_env).entries.items()}
+    # Read here too: the file is where the config's author ran the measurement.
+    quality = QualityLedger.from_result(config.quality.results).to_dict() if config.quality.results else None
     return with_version(
         router.bind(pools=pools, model_card=model_card, config=config, tokenizer_source=source,
-                    rates=rates_dump, tenants=tenants),
-        without_replica_counts(config.model_dump(mode="json")), source, rates_dump, tenants,
+                    rates=rates_dump, tenants=tenants, quality=quality),
+        without_replica_counts(config.model_dump(mode="json")), source, rates_dump, tenants, quality,
     )
 
 

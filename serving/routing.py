@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Mapping
 
-from core.config import PoolConfig, RoutingConfig
+from core.config import PoolConfig, QualityLossLimit, RoutingConfig
+from serving.quality_ledger import QualityLedger
 
 
 @dataclass(frozen=True)
@@ -16,6 +17,7 @@ class RouteRequest:
     max_tokens: int
     scenario: str
     prefer_cheapest: bool = False
+    max_quality_loss: QualityLossLimit | None = None  # how far a move to a cheaper pool may go
 
     @property
     def total_tokens(self) -> int:
@@ -41,19 +43,22 @@ class RoutingPolicy:
         super().__init_subclass__(**kwargs)
         RoutingPolicy.registry[name] = cls
 
-    def __init__(self, config: RoutingConfig, usd_per_hour: Mapping[str, float]) -> None:
+    def __init__(self, config: RoutingConfig, usd_per_hour: Mapping[str, float],
+                 quality: QualityLedger | None = None) -> None:
         self.config = config
         self.usd_per_hour = usd_per_hour  # one replica of each pool, all terms included
+        self.quality = quality or QualityLedger({}, "no quality measurement")
 
     @classmethod
-    def from_config(cls, config: RoutingConfig, usd_per_hour: Mapping[str, float]) -> RoutingPolicy:
+    def from_config(cls, config: RoutingConfig, usd_per_hour: Mapping[str, float],
+                    quality: QualityLedger | None = None) -> RoutingPolicy:
         try:
             policy_cls = cls.registry[config.policy]
         except KeyError:
             raise ValueError(
                 f"unknown routing policy {config.policy!r}; known: {sorted(cls.registry)}"
             ) from None
-        return policy_cls(config, usd_per_hour)
+        return policy_cls(config, usd_per_hour, quality)
 
     def choose(
         self, request: RouteRequest, candidates: dict[str, PoolConfig]
@@ -80,13 +85,28 @@ class ContextLengthPolicy(RoutingPolicy, name="context_length"):
             f"{'<=' if role == 'short' else '>'} threshold {threshold}"
         )
         in_role = {name: pool for name, pool in fitting.items() if pool.role == role}
-        if request.prefer_cheapest:
-            name = min(fitting, key=lambda n: (self.usd_per_hour[n], fitting[n].role != role))
-            return RouteDecision(name, f"{size}; cheapest pool that fits (${self.usd_per_hour[name]:.4g}/h)")
         if in_role:
-            return RouteDecision(next(iter(in_role)), f"{size}: {role} pool")
-        # No pool of the wanted kind is open to this scenario: the smallest that fits wastes least.
-        name = min(fitting, key=lambda n: fitting[n].max_model_len)
-        return RouteDecision(
-            name, f"{size}: no {role} pool for this scenario; smallest pool that fits"
-        )
+            home = RouteDecision(next(iter(in_role)), f"{size}: {role} pool")
+        else:
+            # No pool of the wanted kind is open to this scenario: the smallest that fits wastes least.
+            name = min(fitting, key=lambda n: fitting[n].max_model_len)
+            home = RouteDecision(name, f"{size}: no {role} pool for this scenario; smallest pool that fits")
+        if not request.prefer_cheapest:
+            return home
+        return self._cheapest(request, fitting, role, size, home.pool)
+
+    def _cheapest(self, request: RouteRequest, fitting: dict[str, PoolConfig], role: str, size: str,
+                  home: str) -> RouteDecision:
+        """The cheapest pool that fits, of those whose quality loss against `home` (the pool of
+        the request's length class) stays within the scenario's limit; the reason says what the
+        move gives up, where it was measured, and which cheaper pools were refused and why."""
+        refusals = {name: self.quality.refusal(home, name, request.max_quality_loss) for name in fitting}
+        allowed = [name for name, refused in refusals.items() if refused is None]
+        name = min(allowed, key=lambda n: (self.usd_per_hour[n], fitting[n].role != role))
+        reason = f"{size}; cheapest pool that fits (${self.usd_per_hour[name]:.4g}/h)"
+        loss = self.quality.loss(home, name) if name != home else None
+        if loss is not None:
+            reason += f"; {loss.describe()}"
+        cheaper_refused = [why for other, why in refusals.items()
+                           if why is not None and self.usd_per_hour[other] < self.usd_per_hour[name]]
+        return RouteDecision(name, "; ".join([reason, *cheaper_refused]))

@@ -135,3 +135,23 @@ def test_a_redeploy_restarts_only_the_deployments_whose_part_of_the_config_chang
     changed = _versions(config.with_overrides({"pools.long.max_num_seqs": 2}, source="test"))
     assert changed["short"] == before["short"]
     assert changed["long"] != before["long"] and changed["router"] != before["router"]
+
+
+def test_an_int8_pool_loads_the_checkpoint_derived_from_the_models_folder(tmp_path, monkeypatch):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    source = tmp_path / "tiny"
+    LlamaForCausalLM(LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                                 num_key_value_heads=1, vocab_size=64)).save_pretrained(source)
+    monkeypatch.setenv("TRILEMMA_CACHE_DIR", str(tmp_path / "cache"))
+    raw = TrilemmaConfig.from_yaml(CONFIG_DIR / "local-cpu.yaml").model_dump(mode="json")
+    raw["pools"]["long"]["quantization"] = "w8a8-int8"
+    config = TrilemmaConfig.from_dict(raw)
+    llm = llm_config_for_pool("long", config.pools["long"], config.model, str(source))
+    derived = llm.model_loading_config.model_source
+    assert derived.startswith(str(tmp_path / "cache" / "models" / "tiny-w8a8-int8-"))
+    assert llm.engine_kwargs["quantization"] == "compressed-tensors"
+    assert llm_config_for_pool("short", config.pools["short"], config.model, str(source)).model_loading_config \
+        .model_source == str(source)
+    with pytest.raises(ConfigError, match="pools.long.quantization w8a8-int8 is derived from a local checkpoint"):
+        llm_config_for_pool("long", config.pools["long"], config.model, "HuggingFaceTB/SmolLM2-135M-Instruct")

@@ -1,0 +1,141 @@
+"""`trilemma bench quality`: every pool's perplexity and task score beside its $ per 1M tokens
+and first-token time, one row and one point per pool and precision.
+
+The app is the config's (deployed here, or already serving it at `--app-url`): the config
+says which model and precision each pool's engine runs. Each pool is set against the
+reference pool (`--reference`, default the first): its quality loss (perplexity added, task
+points lost) beside its saving, the trade the cost profile is asked to make.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench import machine, plots
+from bench.app_ready import wait_until_serving
+from bench.cli_common import add_app_args, add_output_args, app_config, command_line, fail, shown_path
+from bench.quality.run import PoolClient, score_pool
+from bench.quality.scores import heldout_passages, tasks
+from bench.result_files import fmt, write_json
+from core.config import ConfigError, TrilemmaConfig
+from core.model_store import resolve_model_source
+
+
+def pool_precision(config: TrilemmaConfig, pool: str, source: str) -> dict[str, Any]:
+    """The pool engine's weights and KV cache precision, as the app starts it (on a CPU, the
+    dtype the pool picks for this CPU)."""
+    from bench.vs_vllm import pool_engine  # Ray Serve LLM: loaded when a run starts
+
+    engine_kwargs, _ = pool_engine(config, pool, source)
+    # The pool's own name for it: `w8a8-int8` reaches vLLM as the checkpoint's format.
+    quantization = config.pools[pool].quantization or engine_kwargs.get("quantization")
+    return {"dtype": str(engine_kwargs.get("dtype", "auto")), "quantization": quantization,
+            "kv_cache_dtype": str(engine_kwargs.get("kv_cache_dtype", "auto"))}
+
+
+def precision_label(precision: dict[str, Any]) -> str:
+    parts = [precision["quantization"] or precision["dtype"]]
+    if precision["kv_cache_dtype"] != "auto":
+        parts.append(f"KV {precision['kv_cache_dtype']}")
+    return ", ".join(parts)
+
+
+def against_reference(pools: list[dict[str, Any]], reference: str) -> None:
+    """Adds to each pool what it gives up and saves against the reference pool."""
+    ref = next(p for p in pools if p["pool"] == reference)
+    for p in pools:
+        p["perplexity_added"] = p["perplexity"] - ref["perplexity"]
+        p["task_points_lost"] = (ref["task_score"] - p["task_score"]) * 100
+        both_priced = p["usd_per_1m_tokens"] is not None and ref["usd_per_1m_tokens"]
+        p["saving"] = 1 - p["usd_per_1m_tokens"] / ref["usd_per_1m_tokens"] if both_priced else None
+
+
+def markdown(result: dict[str, Any]) -> str:
+    lines = [
+        f"# {result['name']}", "", f"Command: `{result['command']}`", "",
+        f"On {result['machine']}, model `{result['model']}`. Perplexity over {result['passages']} held-out "
+        f"passages (bench/quality/heldout.txt, the engine's prompt log-probabilities); task: "
+        f"{result['task_total']} questions with exact answers (bench/quality/tasks.jsonl), greedy. $ per 1M "
+        "tokens: what the app billed these requests (prompt and answer tokens); TTFT: the task's streamed "
+        f"questions, one at a time. Against pool `{result['reference']}`.", "",
+        "| pool | precision | perplexity | task score | $/1M tokens | TTFT p50 / p99 (ms) | perplexity added "
+        "| task points lost | saving |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for p in result["pools"]:
+        saving = "-" if p["saving"] is None else f"{p['saving']:.0%}"
+        usd = "-" if p["usd_per_1m_tokens"] is None else f"{p['usd_per_1m_tokens']:.4f}"
+        lines.append(
+            f"| {p['pool']} | {p['precision_label']} | {p['perplexity']:.2f} | {p['task_right']}/{p['task_total']} "
+            f"| {usd} | {fmt(p['ttft_ms']['p50'], 0)} / {fmt(p['ttft_ms']['p99'], 0)} "
+            f"| {p['perplexity_added']:+.2f} | {p['task_points_lost']:+.1f} | {saving} |")
+    lines += ["", f"![quality]({result['plot']})", ""]
+    return "\n".join(lines)
+
+
+def add_quality_command(sub: argparse._SubParsersAction) -> None:
+    quality = sub.add_parser("quality", help="every pool's perplexity and task score beside its cost and "
+                                             "first-token time", allow_abbrev=False)
+    add_app_args(quality)
+    quality.add_argument("--app-url", help="an app already serving this config (default: deploy it here)")
+    quality.add_argument("--pools", help="comma-separated pools to score (default: every pool)")
+    quality.add_argument("--reference", help="the pool the others are set against (default: the first)")
+    quality.add_argument("--ready-timeout-s", type=float, default=900.0)
+    add_output_args(quality, "quality")
+    quality.set_defaults(func=bench_quality)
+
+
+def bench_quality(args: argparse.Namespace) -> int:
+    try:
+        config = app_config(args)
+        pools = args.pools.split(",") if args.pools else list(config.pools)
+        unknown = sorted(set(pools) - set(config.pools))
+        if unknown:
+            raise ConfigError(f"no pools {unknown}; pools: {sorted(config.pools)}")
+        reference = args.reference or pools[0]
+        if reference not in pools:
+            raise ConfigError(f"the reference pool {reference!r} is not among the scored pools {pools}")
+    except (ConfigError, ValueError) as error:
+        return fail(error)
+    source = resolve_model_source(config.model.source)
+    passages, questions = heldout_passages(), tasks()
+    scored = []
+    with contextlib.ExitStack() as stack:
+        try:
+            if args.app_url:
+                url = args.app_url.rstrip("/")
+            else:
+                from serve_app.launcher import deployed, shutdown_local_ray
+
+                stack.callback(shutdown_local_ray)
+                url = stack.enter_context(deployed(config))
+            model = wait_until_serving(url, args.ready_timeout_s)
+            for pool in pools:
+                print(f"quality: pool {pool} ...", flush=True)
+                row = score_pool(PoolClient(url, model, pool, args.api_key), passages, questions)
+                row["precision"] = pool_precision(config, pool, source)
+                row["precision_label"] = precision_label(row["precision"])
+                print(f"quality: pool {pool}: perplexity {row['perplexity']:.2f}, task {row['task_right']}/"
+                      f"{row['task_total']}", flush=True)
+                scored.append(row)
+        except (ValueError, httpx.HTTPError) as error:
+            return fail(error)
+    against_reference(scored, reference)
+    name = args.name or "quality"
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    plot = plots.quality_corners(scored, out / f"{name}.png")
+    result = {"name": name, "command": command_line(args), "machine": machine.describe(), "model": model,
+              "passages": len(passages), "task_total": len(questions), "reference": reference,
+              "plot": plot.name, "pools": scored}
+    json_path = write_json(result, out, name)
+    md_path = json_path.with_suffix(".md")
+    md_path.write_text(markdown(result))
+    print(md_path.read_text())
+    print(f"results: {shown_path(json_path)}, {shown_path(md_path)}, {shown_path(plot)}")
+    return 0

@@ -1,0 +1,100 @@
+"""One pool's quality, cost and first-token time, measured through the running app.
+
+Every request is pinned to the pool (`x-trilemma-pool`), and an answer from another pool fails
+the run rather than score the wrong one. What the pool costs is what the app billed for these
+requests (`usage.cost_usd`: the engine's busy time at the pool's price), per 1M tokens of
+prompt and answer; its first-token times are those of the task's streamed questions.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from typing import Any
+
+import httpx
+
+from bench.metrics import percentile
+from bench.quality.scores import Task, is_right, perplexity, prompt_nll
+from core import wire
+
+# Long enough for "The capital of France is Paris."; the task asks for one word.
+ANSWER_MAX_TOKENS = 12
+TIMEOUT_S = 600.0
+
+
+class PoolClient:
+    """Requests to one pool of the app, with the tokens and dollars they were billed."""
+
+    def __init__(self, url: str, model: str, pool: str, api_key: str | None) -> None:
+        self.url, self.model, self.pool = url.rstrip("/"), model, pool
+        self.headers = {wire.POOL_HEADER: pool, **({"Authorization": f"Bearer {api_key}"} if api_key else {})}
+        self.tokens = 0
+        self.cost_usd: float | None = 0.0
+
+    def bill(self, usage: dict[str, Any] | None) -> None:
+        usage = usage or {}
+        self.tokens += usage.get("total_tokens") or 0
+        cost = usage.get("cost_usd")
+        self.cost_usd = None if cost is None or self.cost_usd is None else self.cost_usd + cost
+
+    def _check(self, response: httpx.Response) -> None:
+        if response.status_code != 200:
+            raise ValueError(f"pool {self.pool!r}: HTTP {response.status_code}: {response.read()[:300]!r}")
+        served = response.headers.get(wire.POOL_HEADER)
+        if served != self.pool:
+            raise ValueError(f"a request pinned to pool {self.pool!r} was served by {served!r}")
+
+    def passage_nll(self, passage: str) -> tuple[float, int]:
+        body = {"model": self.model, "prompt": passage, "max_tokens": 1, "temperature": 0, "prompt_logprobs": 0}
+        response = httpx.post(f"{self.url}/v1/completions", json=body, headers=self.headers, timeout=TIMEOUT_S)
+        self._check(response)
+        answer = response.json()
+        self.bill(answer.get("usage"))
+        return prompt_nll(answer["choices"][0]["prompt_logprobs"])
+
+    def ask(self, question: str) -> tuple[str, float]:
+        """The greedy reply to `question` and the seconds to its first token."""
+        body = {"model": self.model, "messages": [{"role": "user", "content": question}], "temperature": 0,
+                "max_tokens": ANSWER_MAX_TOKENS, "stream": True, "stream_options": {"include_usage": True}}
+        started, first_at, parts = time.perf_counter(), None, []
+        with httpx.stream("POST", f"{self.url}/v1/chat/completions", json=body, headers=self.headers,
+                          timeout=TIMEOUT_S) as response:
+            self._check(response)
+            for line in response.iter_lines():
+                if not line.startswith("data: {"):
+                    continue
+                event = json.loads(line[len("data: "):])
+                if "error" in event:
+                    raise ValueError(f"pool {self.pool!r}: the answer failed: {event['error']}")
+                for choice in event.get("choices") or ():
+                    text = (choice.get("delta") or {}).get("content")
+                    if text:
+                        first_at = first_at or time.perf_counter()
+                        parts.append(text)
+                if event.get("usage") and not event.get("choices"):
+                    self.bill(event["usage"])
+        return "".join(parts), (first_at or time.perf_counter()) - started
+
+
+def score_pool(client: PoolClient, passages: list[str], questions: list[Task]) -> dict[str, Any]:
+    client.ask(questions[0].question)  # uncounted: a first request may pay for the engine's warm-up
+    client.tokens, client.cost_usd = 0, 0.0
+    nll, scored = 0.0, 0
+    for passage in passages:
+        passage_nll, passage_tokens = client.passage_nll(passage)
+        nll, scored = nll + passage_nll, scored + passage_tokens
+    replies = [(task, *client.ask(task.question)) for task in questions]
+    ttft_ms = [seconds * 1000 for _, _, seconds in replies]
+    right = sum(is_right(reply, task) for task, reply, _ in replies)
+    return {
+        "pool": client.pool, "perplexity": perplexity(nll, scored), "scored_tokens": scored,
+        "task_right": right, "task_total": len(questions), "task_score": right / len(questions),
+        "usd_per_1m_tokens": None if client.cost_usd is None or not client.tokens
+        else client.cost_usd / client.tokens * 1e6,
+        "billed_tokens": client.tokens, "billed_usd": client.cost_usd,
+        "ttft_ms": {"p50": statistics.median(ttft_ms), "p99": percentile(ttft_ms, 99)},
+        "wrong": [{"question": task.question, "reply": reply} for task, reply, _ in replies
+                  if not is_right(reply, task)][:10],
+    }
