@@ -19,7 +19,7 @@ import httpx
 from bench import machine, plots
 from bench.app_ready import wait_until_serving
 from bench.cli_common import add_app_args, add_output_args, app_config, command_line, fail, shown_path
-from bench.quality.run import PoolClient, score_pool
+from bench.quality.run import BURST_TOKENS, PoolClient, score_pool
 from bench.quality.scores import heldout_passages, tasks
 from bench.result_files import fmt, write_json
 from core.config import ConfigError, TrilemmaConfig
@@ -62,10 +62,11 @@ def markdown(result: dict[str, Any]) -> str:
         f"passages (bench/quality/heldout.txt, the engine's prompt log-probabilities); task: "
         f"{result['task_total']} questions with exact answers (bench/quality/tasks.jsonl), greedy. $ per 1M "
         "tokens: what the app billed these requests (prompt and answer tokens); TTFT: the task's streamed "
-        f"questions, one at a time. Against pool `{result['reference']}`.", "",
-        "| pool | precision | perplexity | task score | $/1M tokens | TTFT p50 / p99 (ms) | perplexity added "
-        "| task points lost | saving |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        f"questions, one at a time; speed: {result['pools'][0]['burst_in_flight']} completions of "
+        f"{result['burst_tokens']} tokens at once. Against pool `{result['reference']}`.", "",
+        "| pool | precision | perplexity | task score | $/1M tokens | TTFT p50 / p99 (ms) | out tok/s at a burst "
+        "| perplexity added | task points lost | saving |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for p in result["pools"]:
         saving = "-" if p["saving"] is None else f"{p['saving']:.0%}"
@@ -73,6 +74,7 @@ def markdown(result: dict[str, Any]) -> str:
         lines.append(
             f"| {p['pool']} | {p['precision_label']} | {p['perplexity']:.2f} | {p['task_right']}/{p['task_total']} "
             f"| {usd} | {fmt(p['ttft_ms']['p50'], 0)} / {fmt(p['ttft_ms']['p99'], 0)} "
+            f"| {fmt(p['burst_output_tokens_per_s'])} "
             f"| {p['perplexity_added']:+.2f} | {p['task_points_lost']:+.1f} | {saving} |")
     lines += ["", f"![quality]({result['plot']})", ""]
     return "\n".join(lines)
@@ -132,7 +134,7 @@ def bench_quality(args: argparse.Namespace) -> int:
     plot = plots.quality_corners(scored, out / f"{name}.png")
     result = {"name": name, "command": command_line(args), "machine": machine.describe(), "model": model,
               "passages": len(passages), "task_total": len(questions), "reference": reference,
-              "plot": plot.name, "pools": scored}
+              "burst_tokens": BURST_TOKENS, "plot": plot.name, "pools": scored}
     json_path = write_json(result, out, name)
     md_path = json_path.with_suffix(".md")
     md_path.write_text(markdown(result))

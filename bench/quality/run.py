@@ -3,7 +3,8 @@
 Every request is pinned to the pool (`x-trilemma-pool`), and an answer from another pool fails
 the run rather than score the wrong one. What the pool costs is what the app billed for these
 requests (`usage.cost_usd`: the engine's busy time at the pool's price), per 1M tokens of
-prompt and answer; its first-token times are those of the task's streamed questions.
+prompt and answer; its first-token times are those of the task's streamed questions, one
+at a time, and its speed the output tokens/s of a burst of completions sent at once.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import json
 import statistics
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -21,6 +23,8 @@ from core import wire
 
 # Long enough for "The capital of France is Paris."; the task asks for one word.
 ANSWER_MAX_TOKENS = 12
+# Per completion of the speed burst.
+BURST_TOKENS = 64
 TIMEOUT_S = 600.0
 
 
@@ -78,7 +82,26 @@ class PoolClient:
         return "".join(parts), (first_at or time.perf_counter()) - started
 
 
-def score_pool(client: PoolClient, passages: list[str], questions: list[Task]) -> dict[str, Any]:
+    def complete(self, prompt: str, max_tokens: int) -> int:
+        """A completion of exactly `max_tokens` tokens; the tokens it generated."""
+        body = {"model": self.model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True}
+        response = httpx.post(f"{self.url}/v1/completions", json=body, headers=self.headers, timeout=TIMEOUT_S)
+        self._check(response)
+        usage = response.json().get("usage")
+        self.bill(usage)
+        return (usage or {}).get("completion_tokens") or 0
+
+
+def burst_tokens_per_s(client: PoolClient, passages: list[str], in_flight: int) -> float:
+    """Output tokens/s of `in_flight` completions sent at once: the pool's speed at a batch."""
+    prompts = [passages[i % len(passages)][:400] for i in range(in_flight)]
+    started = time.perf_counter()
+    with ThreadPoolExecutor(in_flight) as pool:
+        tokens = sum(pool.map(lambda prompt: client.complete(prompt, BURST_TOKENS), prompts))
+    return tokens / (time.perf_counter() - started)
+
+
+def score_pool(client: PoolClient, passages: list[str], questions: list[Task], in_flight: int = 8) -> dict[str, Any]:
     client.ask(questions[0].question)  # uncounted: a first request may pay for the engine's warm-up
     client.tokens, client.cost_usd = 0, 0.0
     nll, scored = 0.0, 0
@@ -86,6 +109,7 @@ def score_pool(client: PoolClient, passages: list[str], questions: list[Task]) -
         passage_nll, passage_tokens = client.passage_nll(passage)
         nll, scored = nll + passage_nll, scored + passage_tokens
     replies = [(task, *client.ask(task.question)) for task in questions]
+    tokens_per_s = burst_tokens_per_s(client, passages, in_flight)
     ttft_ms = [seconds * 1000 for _, _, seconds in replies]
     right = sum(is_right(reply, task) for task, reply, _ in replies)
     return {
@@ -94,6 +118,7 @@ def score_pool(client: PoolClient, passages: list[str], questions: list[Task]) -
         "usd_per_1m_tokens": None if client.cost_usd is None or not client.tokens
         else client.cost_usd / client.tokens * 1e6,
         "billed_tokens": client.tokens, "billed_usd": client.cost_usd,
+        "burst_in_flight": in_flight, "burst_output_tokens_per_s": tokens_per_s,
         "ttft_ms": {"p50": statistics.median(ttft_ms), "p99": percentile(ttft_ms, 99)},
         "wrong": [{"question": task.question, "reply": reply} for task, reply, _ in replies
                   if not is_right(reply, task)][:10],

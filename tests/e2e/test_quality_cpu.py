@@ -15,7 +15,7 @@ MODEL = "SmolLM2-135M-Instruct"
 
 def test_each_pool_is_scored_on_its_own_engine_and_billed(base_url, api_key):
     passages, questions = heldout_passages()[:2], tasks()[:4]
-    rows = {pool: score_pool(PoolClient(base_url, MODEL, pool, api_key), passages, questions)
+    rows = {pool: score_pool(PoolClient(base_url, MODEL, pool, api_key), passages, questions, in_flight=2)
             for pool in ("short", "long")}
     for row in rows.values():
         # Two passages of about 120 words: every token but each passage's first is scored. A
@@ -25,6 +25,7 @@ def test_each_pool_is_scored_on_its_own_engine_and_billed(base_url, api_key):
         assert 0 <= row["task_right"] <= row["task_total"] == 4
         assert row["billed_tokens"] > row["scored_tokens"] and row["usd_per_1m_tokens"] > 0
         assert 0 < row["ttft_ms"]["p50"] <= row["ttft_ms"]["p99"]
+        assert row["burst_output_tokens_per_s"] > 0
     # Both pools run the same weights in the same precision: the same text is as likely in either.
     assert rows["short"]["perplexity"] == pytest.approx(rows["long"]["perplexity"], rel=0.01)
 

@@ -43,7 +43,8 @@ def test_the_shipped_data_is_there_and_every_task_has_an_answer():
 
 def _pool(name: str, ppl: float, right: int, usd: float | None) -> dict:
     return {"pool": name, "precision_label": "bfloat16", "perplexity": ppl, "task_right": right, "task_total": 40,
-            "task_score": right / 40, "usd_per_1m_tokens": usd, "ttft_ms": {"p50": 100.0, "p99": 200.0}}
+            "task_score": right / 40, "usd_per_1m_tokens": usd, "ttft_ms": {"p50": 100.0, "p99": 200.0},
+            "burst_in_flight": 8, "burst_output_tokens_per_s": 50.0}
 
 
 def test_each_pool_shows_its_loss_beside_its_saving(tmp_path):
@@ -53,8 +54,8 @@ def test_each_pool_shows_its_loss_beside_its_saving(tmp_path):
     assert pools[1]["task_points_lost"] == pytest.approx(5.0) and pools[1]["saving"] == pytest.approx(0.5)
     assert pools[2]["saving"] is None
     text = markdown({"name": "q", "command": "c", "machine": "m", "model": "smol", "passages": 6, "task_total": 40,
-                     "reference": "quality", "plot": "q.png", "pools": pools})
-    assert "| cost | bfloat16 | 20.60 | 28/40 | 1.0000 | 100 / 200 | +0.60 | +5.0 | 50% |" in text
+                     "reference": "quality", "burst_tokens": 64, "plot": "q.png", "pools": pools})
+    assert "| cost | bfloat16 | 20.60 | 28/40 | 1.0000 | 100 / 200 | 50.0 | +0.60 | +5.0 | 50% |" in text
     assert quality_corners(pools, tmp_path / "q.png").stat().st_size > 0
 
 
