@@ -106,7 +106,7 @@ class ContextLengthPolicy(RoutingPolicy, name="context_length"):
         reason = f"{size}; cheapest pool that fits (${self.usd_per_hour[name]:.4g}/h)"
         loss = self.quality.loss(home, name) if name != home else None
         if loss is not None:
-            reason += f"; {loss.describe()}"
+            reason += f"; {loss.describe()} ({self.quality.source})"
         cheaper_refused = [why for other, why in refusals.items()
                            if why is not None and self.usd_per_hour[other] < self.usd_per_hour[name]]
         return RouteDecision(name, "; ".join([reason, *cheaper_refused]))
