@@ -23,7 +23,7 @@ def pools_not_serving(pools: dict[str, Any]) -> list[str]:
 
 
 def wait_until_serving(
-    url: str, timeout_s: float, say: Callable[[str], None] = print, *, poll_s: float = POLL_S,
+    url: str, timeout_s: float, say: Callable[[str], None] = print, *, poll_s: float | None = None,
     alive: Callable[[], bool] = lambda: True,
 ) -> str:
     """The app's model, once it answers and every pool serves (an app just started is waited
@@ -43,7 +43,7 @@ def wait_until_serving(
         if missing != said:
             say(f"waiting: {missing} (up to {timeout_s:g} s) ...")
             said = missing
-        time.sleep(poll_s)
+        time.sleep(POLL_S if poll_s is None else poll_s)
 
 
 def _model_and_missing(base: str) -> tuple[str | None, str | None]:

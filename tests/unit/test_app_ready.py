@@ -73,3 +73,9 @@ def test_no_app_is_a_clear_error(app):
     with pytest.raises(ValueError, match="no app answers /v1/models: connection refused within the ready timeout "
                                          "of 0 s at http://nowhere"):
         app_ready.wait_until_serving("http://nowhere", timeout_s=0, say=lambda _: None)
+
+
+def test_a_process_that_ended_is_not_waited_for(app):
+    app.append(httpx.ConnectError("connection refused"))
+    with pytest.raises(ValueError, match="the app ended before it served: no app answers"):
+        app_ready.wait_until_serving("http://app", timeout_s=600, say=lambda _: None, alive=lambda: False)
