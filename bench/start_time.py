@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import signal
 import statistics
 import subprocess
@@ -102,7 +103,7 @@ def start_app_once(argv: list[str], url: str, log: Path, timeout_s: float) -> Ap
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             result.exit_code = process.wait()
-            result.error = (result.error or "") + f" did not exit within {STOP_WAIT_S:.0f} s of SIGTERM"
+            result.error = "; ".join(filter(None, [result.error, f"did not exit within {STOP_WAIT_S:.0f} s of SIGTERM"]))
     _wait_for_engines_to_end()
     return result
 
@@ -199,6 +200,9 @@ def bench_start(args: argparse.Namespace) -> int:
             log = Path(workdir) / f"serve-{index + 1}.log"
             starts.append(start_app_once(serve_argv(args.config, args.set), url, log, args.ready_timeout_s))
             print(f"start {index + 1}: {starts[-1]}", flush=True)
+            if starts[-1].error:  # kept beside the results: what the start or the drain waited for
+                Path(args.out).mkdir(parents=True, exist_ok=True)
+                shutil.copy(log, Path(args.out) / f"{args.name or 'start'}-console-{index + 1}.log")
     name = args.name or "start"
     result = {"name": name, "command": command_line(args), "machine": machine.describe(),
               "engines_alone_s": alone, "starts": [asdict(start) for start in starts], **judged(alone, starts)}
