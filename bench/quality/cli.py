@@ -87,6 +87,8 @@ def add_quality_command(sub: argparse._SubParsersAction) -> None:
     quality.add_argument("--app-url", help="an app already serving this config (default: deploy it here)")
     quality.add_argument("--pools", help="comma-separated pools to score (default: every pool)")
     quality.add_argument("--reference", help="the pool the others are set against (default: the first)")
+    quality.add_argument("--burst-in-flight", type=int, default=8,
+                         help="completions sent at once for each pool's speed (default 8; more on a GPU)")
     quality.add_argument("--ready-timeout-s", type=float, default=900.0)
     add_output_args(quality, "quality")
     quality.set_defaults(func=bench_quality)
@@ -100,6 +102,8 @@ def bench_quality(args: argparse.Namespace) -> int:
         if unknown:
             raise ConfigError(f"no pools {unknown}; pools: {sorted(config.pools)}")
         reference = args.reference or pools[0]
+        if args.burst_in_flight < 1:
+            raise ConfigError(f"--burst-in-flight must be at least 1, got {args.burst_in_flight}")
         if reference not in pools:
             raise ConfigError(f"the reference pool {reference!r} is not among the scored pools {pools}")
     except (ConfigError, ValueError) as error:
@@ -119,7 +123,8 @@ def bench_quality(args: argparse.Namespace) -> int:
             model = wait_until_serving(url, args.ready_timeout_s)
             for pool in pools:
                 print(f"quality: pool {pool} ...", flush=True)
-                row = score_pool(PoolClient(url, model, pool, args.api_key), passages, questions)
+                row = score_pool(PoolClient(url, model, pool, args.api_key), passages, questions,
+                                 in_flight=args.burst_in_flight)
                 row["precision"] = pool_precision(config, pool, source)
                 row["precision_label"] = precision_label(row["precision"])
                 print(f"quality: pool {pool}: perplexity {row['perplexity']:.2f}, task {row['task_right']}/"
