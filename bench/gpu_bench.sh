@@ -13,7 +13,9 @@
 set -euo pipefail
 step=${1:-all}
 out=${2:-bench/results/gpu-h200}
-models=${MODELS:-.wh/gpu/models}
+# Absolute: plain `vllm serve` (vs-vllm, start) runs in a folder of its own, where a relative
+# path reads as a Hugging Face id.
+models=${MODELS:-$PWD/.wh/gpu/models}
 config=serve_app/configs/gpu-h200.yaml
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
@@ -71,28 +73,29 @@ app_colocate() {
 
 # Time through the app (issue: first token, token cadence, start). The short pool and plain
 # vLLM get 35% of the card each and the long pool 20%, so that plain vLLM fits beside the app
-# and the two are loaded in alternating rounds; both with the same engine settings.
+# and the two are loaded in alternating rounds; both with the same engine settings. Each KV
+# cache is what the engine's own memory profile found when it started alone in that share
+# (26 and 20 GiB): engines starting together on one GPU must not profile (gpu-h200.yaml says why).
 # The long pool sleeps after 20 s idle (vLLM's sleep mode), for app-wake; vs-vllm and hops load
-# the short pool only.
+# the short pool only. The long pool runs fp8 (vLLM quantizes the weights as it loads them), so
+# that app-quality sets the 8B in bf16 (short) against fp8 (long) in one app, at the same price.
 time_args=(--config "$config" --set "model.source=$models/llama-8b-shape"
-  --set pools.short.engine_kwargs.gpu_memory_utilization=0.35
-  --set pools.long.engine_kwargs.gpu_memory_utilization=0.2
-  --set pools.long.sleep_when_idle.after_s=20)
-
-# The started app's long pool runs fp8 (vLLM quantizes the weights as it loads them): vs-vllm,
-# hops and wake do not depend on it, and app-quality then sets the 8B in bf16 (short) against
-# fp8 (long) in one app, at the same share of the card and the same price.
-long_fp8_args=(--set pools.long.quantization=fp8)
+  --set pools.short.engine_kwargs.gpu_memory_utilization=0.35 --set pools.short.kv_cache_gib=26
+  --set pools.long.engine_kwargs.gpu_memory_utilization=0.2 --set pools.long.kv_cache_gib=20
+  --set pools.long.sleep_when_idle.after_s=20 --set pools.long.quantization=fp8)
 
 app_start() {
   # The app in a session of its own, so that it outlives this command for app-vs-vllm; its
   # log holds each replica's start, phase by phase. Appends the ready time and the failed
   # engine starts of this start to $out/start-8b.txt.
   local log=${SERVE_LOG:-$out/serve-8b.log} started=$SECONDS
-  setsid python3 -m serve_app.cli serve "${time_args[@]}" "${long_fp8_args[@]}" >"$log" 2>&1 < /dev/null &
+  setsid python3 -m serve_app.cli serve "${time_args[@]}" >"$log" 2>&1 < /dev/null &
   python3 -c "from bench.app_ready import wait_until_serving; wait_until_serving('http://127.0.0.1:8000', 600)"
-  { echo "ready after $((SECONDS - started)) s; failed engine starts (EADDRINUSE):" \
-      "$(grep EADDRINUSE "$log" | grep -o "EngineCore pid=[0-9]*" | sort -u | wc -l)"
+  # Every engine that failed to start counts (bench start's reading of the console), the port
+  # collisions among them apart.
+  { echo "ready after $((SECONDS - started)) s; $(python3 -c "import sys; from bench.start_time import read_start
+failed, collided, _ = read_start(open(sys.argv[1], errors='replace').read())
+print(f'failed engine starts: {failed}, of them EADDRINUSE: {collided}')" "$log")"
     grep -o "Pool [a-z]*: replica serving.*" "$log" || true; } | tee -a "$out/start-8b.txt"
 }
 
@@ -128,7 +131,7 @@ app_vs_vllm() {
 app_quality() {
   # Speed and $ per 1M tokens of the 8B shape in bf16 and fp8 (random weights: its perplexity
   # and task score mean nothing), 64 completions at once.
-  python3 -m bench quality "${time_args[@]}" "${long_fp8_args[@]}" --app-url http://127.0.0.1:8000 \
+  python3 -m bench quality "${time_args[@]}" --app-url http://127.0.0.1:8000 \
     --burst-in-flight 64 --out "$out" --name quality-8b-bf16-fp8
 }
 
@@ -142,7 +145,7 @@ app_quality_real() {
   # The same real weights in bf16 (short) and fp8 (long): quality, speed and $ per 1M tokens.
   python3 -m bench quality --config "$config" --set model.source=embedded:smollm2-135m-instruct \
     --set model.name=SmolLM2-135M-Instruct --set pools.short.engine_kwargs.load_format=auto \
-    --set pools.long.engine_kwargs.load_format=auto "${long_fp8_args[@]}" \
+    --set pools.long.engine_kwargs.load_format=auto --set pools.long.quantization=fp8 \
     --burst-in-flight 64 --out "$out" --name quality-135m-bf16-fp8
 }
 

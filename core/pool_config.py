@@ -9,7 +9,8 @@ from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, model_
 from core.config_base import StrictModel
 
 # Settings with a field of their own; repeating them in engine_kwargs would give two truths.
-_OWNED_ENGINE_KWARGS = ("max_model_len", "max_num_seqs", "quantization", "enable_sleep_mode")
+_OWNED_ENGINE_KWARGS = ("max_model_len", "max_num_seqs", "quantization", "enable_sleep_mode", "kv_cache_memory_bytes")
+GIB = 1 << 30
 # Real-time, quality, cost, batch: each class below may fill less of a replica's queue.
 DEFAULT_QUEUE_SHARE = {0: 1.0, 1: 0.75, 2: 0.5, 3: 0.25}
 # Arrivals a replica with a full queue can decide at once; more wait at the caller.
@@ -112,6 +113,13 @@ class PoolConfig(StrictModel):
         description="GPU memory one replica needs on each GPU it holds (weights, KV cache, "
         "activations); with gpu_fraction, within its share of the GPU. `trilemma cluster plan` picks "
         "the cheapest accelerator with that much. Null: the pool needs `accelerator` itself.",
+    )
+    kv_cache_gib: PositiveFloat | None = Field(
+        None,
+        description="KV cache of one replica per GPU, in GiB, instead of what vLLM's memory profile leaves "
+        "of gpu_memory_utilization. Set it for pools that share a GPU: a profile assumes that nothing else "
+        "on the GPU allocates while it runs, and an engine starting beside it does (on an H200 the long "
+        "pool's profile read -21 GiB and its engine failed to start). Null: vLLM's profile.",
     )
     quantization: str | None = Field(
         None, description="vLLM quantization method (e.g. `fp8`, `awq`), or `w8a8-int8`: int8 weights and "

@@ -10,6 +10,7 @@ from ray.serve.deployment import Application
 from ray.serve.llm import LLMConfig, build_llm_deployment
 
 from core.config import REPLICA_ROUTERS, ConfigError, ModelSpec, PoolConfig
+from core.pool_config import GIB
 from core.int8_checkpoint import VLLM_METHOD, W8A8_INT8, prepare_w8a8_int8
 from core.model_store import default_cache_dir
 from core.price_catalog import ReplicaRate
@@ -51,6 +52,8 @@ def llm_config_for_pool(
         engine_kwargs["quantization"] = pool.quantization
     if pool.sleep_when_idle.after_s is not None:
         engine_kwargs["enable_sleep_mode"] = True
+    if pool.kv_cache_gib is not None:
+        engine_kwargs["kv_cache_memory_bytes"] = int(pool.kv_cache_gib * GIB)
     placement: dict[str, Any]
     env = dict(pool.env)
     env.setdefault(DP_MASTER_PORT_ENV, str(dp_master_port(pool_slot)))

@@ -36,6 +36,18 @@ def test_a_gpu_pool_that_sleeps_when_idle_starts_its_engine_with_sleep_mode():
     assert "enable_sleep_mode" not in llm_config_for_pool("short", config.pools["short"], config.model, "/m").engine_kwargs
 
 
+def test_pools_sharing_a_gpu_start_with_a_fixed_kv_cache_instead_of_a_memory_profile():
+    config = TrilemmaConfig.from_yaml(CONFIG_DIR / "gpu-h200.yaml")
+    kv_bytes = {name: llm_config_for_pool(name, pool, config.model, "/m").engine_kwargs["kv_cache_memory_bytes"]
+                for name, pool in config.pools.items()}
+    assert kv_bytes == {"short": 40 << 30, "long": 36 << 30}
+    # One truth: the engine argument is the pool's field, never both.
+    raw = config.model_dump(mode="json")
+    raw["pools"]["short"]["engine_kwargs"]["kv_cache_memory_bytes"] = 1 << 30
+    with pytest.raises(ConfigError, match="kv_cache_memory_bytes"):
+        TrilemmaConfig.from_dict(raw)
+
+
 def test_a_cpu_pool_cannot_sleep_with_vllm_and_the_error_says_why():
     raw = TrilemmaConfig.from_yaml(CONFIG_DIR / "local-cpu.yaml").model_dump(mode="json")
     raw["pools"]["long"]["sleep_when_idle"] = {"after_s": 300}
