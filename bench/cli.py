@@ -128,7 +128,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     add_soak_command(sub)
     add_board_command(sub)
     report = sub.add_parser("report", help="result files -> markdown report with PNG plots")
-    report.add_argument("results", nargs="+", type=Path, help="JSON files from bench run or sweep")
+    report.add_argument("results", nargs="+", type=Path, help="JSON files from bench run, sweep or quality")
     report.add_argument("--out", type=Path, default=RESULTS_DIR / "report", help="report folder")
     report.add_argument("--title", default="Benchmark report")
     report.set_defaults(func=bench_report)

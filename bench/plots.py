@@ -6,6 +6,7 @@ writes them, so a plot can be redrawn from any stored result file.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,23 @@ def pareto_front(points: list[tuple[float, float]]) -> list[tuple[float, float]]
     return front
 
 
+def draw_front(axis: Any, placed: list[tuple[float, float]], **style: Any) -> None:
+    front = pareto_front(placed)
+    if front:
+        axis.plot(*zip(*front), "k--", linewidth=1, label="frontier (lower-left is better)", **style)
+        axis.legend(fontsize=8)
+
+
+def label_points(axis: Any, labels: list[str], xs: list[float], ys: list[float]) -> None:
+    """Labels staggered up and down so that points close together keep readable labels, and
+    right-aligned in the right half so that none runs off the panel."""
+    middle = (min(xs) + max(xs)) / 2 if xs else 0
+    for index, (label, x, y) in enumerate(zip(labels, xs, ys)):
+        right = x > middle
+        axis.annotate(label, (x, y), fontsize=7, textcoords="offset points", ha="right" if right else "left",
+                      xytext=(-6 if right else 6, 4 - 11 * (index % 3)))
+
+
 def cost_vs_p99(points: list[tuple[str, dict[str, Any]]], path: Path) -> Path:
     """The trilemma on one picture: each configuration at its p99 TTFT and $ per 1M tokens,
     its marker sized by throughput; the frontier joins the ones nothing else beats."""
@@ -68,10 +86,7 @@ def cost_vs_p99(points: list[tuple[str, dict[str, Any]]], path: Path) -> Path:
         axis.scatter(p99, cost, s=size, alpha=0.7)
         axis.annotate(label, (p99, cost), fontsize=7, xytext=(4, 4), textcoords="offset points")
         placed.append((p99, cost))
-    front = pareto_front(placed)
-    if front:
-        axis.plot(*zip(*front), "k--", linewidth=1, label="frontier (lower-left is better)")
-        axis.legend(fontsize=8)
+    draw_front(axis, placed)
     axis.set_xscale("log")
     axis.set_xlabel("TTFT p99 (ms)")
     axis.set_ylabel("$ per 1M tokens")
@@ -149,6 +164,48 @@ def quality_corners(pools: list[dict[str, Any]], path: Path) -> Path:
     quality_axis.set_ylabel("perplexity on held-out text")
     quality_axis.set_title("What the quality costs (lower-left is better)")
     for axis in (trade_axis, quality_axis):
+        axis.grid(alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
+
+
+def on_three_corners(pool: dict[str, Any]) -> bool:
+    """Whether `three_corners` can place a quality pool: it needs a price, a p99 and a perplexity."""
+    values = (pool["usd_per_1m_tokens"], pool["ttft_ms"]["p99"], pool["perplexity"])
+    return all(isinstance(v, (int, float)) and math.isfinite(v) for v in values)
+
+
+def three_corners(points: list[tuple[str, dict[str, Any]]], path: Path) -> Path:
+    """Every pool and precision of `bench quality` results on the trilemma's three axes: p99 TTFT
+    against $ per 1M tokens coloured by perplexity (left), perplexity against $ per 1M tokens
+    (right), each with the frontier of its two axes. A pool with no price is left off."""
+    figure, (latency_axis, quality_axis) = plt.subplots(1, 2, figsize=(12, 4.8))
+    placed = [(label, pool) for label, pool in points if on_three_corners(pool)]
+    costs = [pool["usd_per_1m_tokens"] for _, pool in placed]
+    p99s = [pool["ttft_ms"]["p99"] for _, pool in placed]
+    perplexities = [pool["perplexity"] for _, pool in placed]
+    if placed:
+        dots = latency_axis.scatter(costs, p99s, c=perplexities, cmap="viridis_r", s=80)
+        figure.colorbar(dots, ax=latency_axis, label="perplexity (lower is better)")
+        # The same colours on the right, so a pool reads as one colour across both panels.
+        quality_axis.scatter(costs, perplexities, c=perplexities, cmap=dots.cmap, norm=dots.norm, s=80)
+        # Rings mark the front's points: a front of one point draws no line.
+        ring = {"marker": "o", "markersize": 13, "markerfacecolor": "none"}
+        draw_front(latency_axis, list(zip(costs, p99s)), **ring)
+        draw_front(quality_axis, list(zip(costs, perplexities)), **ring)
+    labels = [label for label, _ in placed]
+    label_points(latency_axis, labels, costs, p99s)
+    label_points(quality_axis, [f"{label}, task {pool['task_score']:.0%}" for label, pool in placed],
+                 costs, perplexities)
+    latency_axis.set_ylabel("TTFT p99 (ms)")
+    latency_axis.set_title("Cost and tail latency, coloured by perplexity")
+    quality_axis.set_ylabel("perplexity on held-out text")
+    quality_axis.set_title("What the quality costs")
+    for axis in (latency_axis, quality_axis):
+        axis.set_xlabel("$ per 1M tokens")
+        axis.margins(0.08, 0.15)  # room for the staggered labels at the edges
         axis.grid(alpha=0.3)
     figure.tight_layout()
     figure.savefig(path, dpi=110)
