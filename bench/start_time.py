@@ -117,11 +117,12 @@ def _wait_for_engines_to_end(timeout_s: float = 60.0) -> None:
 
 def engines_alone(config: TrilemmaConfig, workdir: Path, port: int, timeout_s: float) -> dict[str, float]:
     """Each pool's engine started alone by plain `vllm serve`: seconds until it answered."""
-    source = resolve_model_source(config.model.source)
     ready: dict[str, float] = {}
     for pool in config.pools:
+        model = config.pool_model(pool)
+        source = resolve_model_source(model.source)
         engine_kwargs, env = pool_engine(config, pool, source)
-        argv = vllm_serve_argv(engine_kwargs, source, config.model.name, port, workdir / f"vllm-{pool}.yaml")
+        argv = vllm_serve_argv(engine_kwargs, source, model.name, port, workdir / f"vllm-{pool}.yaml")
         print(f"start: plain vLLM with pool {pool}'s engine settings ...", flush=True)
         with plain_vllm(argv, env, f"http://127.0.0.1:{port}", workdir / f"vllm-{pool}.log", timeout_s) as ready_s:
             ready[pool] = ready_s

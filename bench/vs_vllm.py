@@ -55,7 +55,7 @@ def pool_engine(config: TrilemmaConfig, pool: str, model_source: str) -> tuple[d
     """The pool engine's arguments and environment, as the app gives them to it."""
     from deployments.pool_deployment import llm_config_for_pool  # Ray Serve LLM: loaded when a comparison runs
 
-    llm_config = llm_config_for_pool(pool, config.pools[pool], config.model, model_source)
+    llm_config = llm_config_for_pool(pool, config.pools[pool], config.pool_model(pool), model_source)
     engine_kwargs = dict(llm_config.engine_kwargs)
     if config.pools[pool].is_cpu:
         engine_kwargs, _ = with_cpu_dtype(engine_kwargs, read_cpu_flags())
@@ -167,16 +167,17 @@ def run_comparison(
     one arm)."""
     from serve_app.launcher import deployed, shutdown_local_ray
 
-    source = resolve_model_source(config.model.source)
+    model = config.pool_model(pool)
+    source = resolve_model_source(model.source)
     engine_kwargs, env = pool_engine(config, pool, source)
     vllm_url = f"http://127.0.0.1:{vllm_port}"
-    argv = vllm_serve_argv(engine_kwargs, source, config.model.name, vllm_port, workdir / "vllm-serve.yaml")
+    argv = vllm_serve_argv(engine_kwargs, source, model.name, vllm_port, workdir / "vllm-serve.yaml")
     runs: dict[tuple[str, int], list[dict[str, Any]]] = {(arm, c): [] for arm in ARMS for c in levels}
     urls: dict[str, str] = {}
     ready_s: dict[str, float | None] = {"app": None}
 
     def load(arm: str, concurrency: int, prompts: int, seed_offset: int) -> dict[str, Any]:
-        return bench_serve(urls[arm], config.model.name, source, concurrency=concurrency, num_prompts=prompts,
+        return bench_serve(urls[arm], model.name, source, concurrency=concurrency, num_prompts=prompts,
                            input_len=input_len, output_len=output_len, seed=seed + seed_offset, workdir=workdir,
                            api_key=api_key if arm == "app" else None)
 

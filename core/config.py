@@ -13,6 +13,7 @@ from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, model_
 from core.alerts_config import AlertsConfig
 from core.autoscaling_config import AutoscalingConfig, PoolScalingConfig
 from core.config_base import ConfigError, StrictModel, read_yaml
+from core.model_spec import EMBEDDED_MODEL_REF, ModelSpec
 from core.pool_config import (
     ARRIVAL_HEADROOM,
     DEFAULT_QUEUE_SHARE,
@@ -24,7 +25,7 @@ from core.pool_config import (
 )
 
 __all__ = [
-    "ARRIVAL_HEADROOM", "AlertsConfig", "CONFIG_DIR", "DEFAULT_CONFIG_PATH", "PROJECT_ROOT", "DEFAULT_QUEUE_SHARE", "REPLICA_ROUTERS",
+    "ARRIVAL_HEADROOM", "AlertsConfig", "CONFIG_DIR", "EMBEDDED_MODEL_REF", "DEFAULT_CONFIG_PATH", "PROJECT_ROOT", "DEFAULT_QUEUE_SHARE", "REPLICA_ROUTERS",
     "AdmissionConfig", "AutoscalingConfig", "ConfigError", "CostConfig", "HttpConfig", "IdleSleepConfig", "LocalRayConfig",
     "ModelSpec", "PoolConfig", "PoolScalingConfig", "RouterConfig", "RoutingConfig", "ScenarioConfig",
     "StreamBatchingConfig", "StrictModel", "TenantsConfig", "TransportConfig", "TrilemmaConfig", "resolve_config_path",
@@ -36,22 +37,7 @@ PROJECT_ROOT = Path(__file__).parent.parent
 CONFIG_DIR = PROJECT_ROOT / "serve_app" / "configs"
 DEFAULT_CONFIG_PATH = CONFIG_DIR / "local-cpu.yaml"
 
-# The reference an operator writes in a config to mean "the model this package embeds".
-EMBEDDED_MODEL_REF = "embedded:smollm2-135m-instruct"
-
 _NAME = re.compile(r"^[a-z][a-z0-9-]{0,39}$")
-
-
-class ModelSpec(StrictModel):
-    name: str = Field(
-        "SmolLM2-135M-Instruct",
-        description="Public model name: what clients send as `model` and see in /v1/models.",
-    )
-    source: str = Field(
-        EMBEDDED_MODEL_REF,
-        description=f"What the engines load: `{EMBEDDED_MODEL_REF}` (the model this package "
-        "embeds, prepared on first use), a Hugging Face id, or a local folder.",
-    )
 
 
 class QualityLossLimit(StrictModel):
@@ -97,6 +83,11 @@ class ScenarioConfig(StrictModel):
     )
     pools: list[str] | None = Field(
         None, description="Pools the scenario may use; null means all (an empty list: none)."
+    )
+    models: list[str] | None = Field(
+        None,
+        description="Public model names the scenario may serve; a request that names another is refused, "
+        "one that names none gets the first. Null: any model, and the app's default when none is named.",
     )
     max_quality_loss: QualityLossLimit | None = Field(
         None,
@@ -233,7 +224,11 @@ class TenantsConfig(StrictModel):
 
 class TrilemmaConfig(StrictModel):
     app_name: str = Field("trilemma", description="Ray Serve application name.")
-    model: ModelSpec = Field(default_factory=ModelSpec, description="The model every pool serves.")
+    model: ModelSpec = Field(
+        default_factory=ModelSpec,
+        description="The model every pool serves unless it names its own (`pools.<name>.model`), and "
+        "the one a request that names no model gets.",
+    )
     routing: RoutingConfig = Field(default_factory=RoutingConfig, description="How a request finds its scenario and pool.")
     router: RouterConfig = Field(default_factory=RouterConfig, description="The router (ingress) deployment.")
     pools: dict[str, PoolConfig] = Field(description="Engine pools by name.")
@@ -268,6 +263,7 @@ class TrilemmaConfig(StrictModel):
                     f"scenarios.{scenario_name}.pools names unknown pools {unknown}; "
                     f"configured: {sorted(self.pools)}"
                 )
+        self._check_models()
         for pool_name, pool in self.pools.items():
             unlisted = sorted({s.priority for s in self.scenarios.values()} - set(pool.admission.queue_share))
             if unlisted:
@@ -294,6 +290,48 @@ class TrilemmaConfig(StrictModel):
                 f"configured: {sorted(self.scenarios)}"
             )
         return self
+
+    def _check_models(self) -> None:
+        sources: dict[str, tuple[str, str]] = {}
+        for pool_name in self.pools:
+            model = self.pool_model(pool_name)
+            first = sources.setdefault(model.name, (pool_name, model.source))
+            if first[1] != model.source:
+                raise ValueError(
+                    f"pools {first[0]} and {pool_name} both serve model {model.name!r} but load different "
+                    f"sources ({first[1]!r}, {model.source!r}); give each source a public name of its own"
+                )
+        for scenario_name, scenario in self.scenarios.items():
+            for model_name in scenario.models or ():
+                if model_name not in sources:
+                    raise ValueError(
+                        f"scenarios.{scenario_name}.models names model {model_name!r}, which no pool serves; "
+                        f"served: {sorted(sources)}"
+                    )
+                if not self.pools_serving(model_name, scenario):
+                    raise ValueError(
+                        f"scenarios.{scenario_name}.models names model {model_name!r}, but none of the pools "
+                        f"serving it ({sorted(self.pools_serving(model_name))}) is one the scenario may use"
+                    )
+
+    def pool_model(self, pool_name: str) -> ModelSpec:
+        """The model a pool's engines serve: its own, or the app's."""
+        return self.pools[pool_name].model or self.model
+
+    @property
+    def models(self) -> dict[str, ModelSpec]:
+        """Every public model name the app serves, in the order the pools name them."""
+        return {model.name: model for model in map(self.pool_model, self.pools)}
+
+    @property
+    def default_model(self) -> str:
+        """The model of a request that names none: the app's, or the first pool's when no pool serves it."""
+        return self.model.name if self.model.name in self.models else next(iter(self.models))
+
+    def pools_serving(self, model_name: str, scenario: ScenarioConfig | None = None) -> list[str]:
+        """The pools whose engines serve `model_name` (and that `scenario`, if given, may use)."""
+        return [name for name, pool in self.pools.items()
+                if self.pool_model(name).name == model_name and (scenario is None or scenario.admits(name, pool))]
 
     def _check_concurrency_rule(self, pool_name: str, scaling: PoolScalingConfig) -> None:
         rule, pool = scaling.raise_concurrency, self.pools[pool_name]

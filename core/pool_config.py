@@ -7,6 +7,7 @@ from typing import Any, Literal
 from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, model_validator
 
 from core.config_base import StrictModel
+from core.model_spec import ModelSpec
 
 # Settings with a field of their own; repeating them in engine_kwargs would give two truths.
 _OWNED_ENGINE_KWARGS = ("max_model_len", "max_num_seqs", "quantization", "enable_sleep_mode", "kv_cache_memory_bytes")
@@ -84,6 +85,12 @@ class IdleSleepConfig(StrictModel):
 class PoolConfig(StrictModel):
     role: Literal["short", "long"] = Field(
         description="Which requests the pool is for: `short` context (low latency) or `long`."
+    )
+    model: ModelSpec | None = Field(
+        None,
+        description="The model this pool's engines serve (its public name and source), when it is not the "
+        "app's `model`: a small fast model for real-time work, a large one for batch. Pools that serve one "
+        "public name must load one source; they may differ in quantization.",
     )
     max_model_len: PositiveInt = Field(description="Longest prompt + completion, in tokens.")
     max_num_seqs: PositiveInt = Field(description="Most sequences one engine batches at once.")

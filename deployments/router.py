@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import functools
 import time
 from typing import Any, AsyncGenerator, Callable
@@ -24,6 +23,7 @@ from core.upstream import (
     CompletionRequest,
     ErrorResponse,
     ModelCard,
+    ModelList,
     OpenAiIngress,
     get_logger,
 )
@@ -33,10 +33,12 @@ from deployments.pool_deployment import deployment_name
 from deployments.pool_watch import PoolWatch
 from deployments.stream_relay import relay
 from serving.cost_profile import CostProfileWatch, apply_cost_profile
-from serving.pool_health import Outage, PoolHealth
+from serving.model_choice import ModelChoice
+from serving.pool_choice import PoolChoice, PoolRequest
+from serving.pool_health import PoolHealth
 from serving.quality_ledger import QualityLedger
 from serving.request_timeline import RequestTimeline
-from serving.routing import RouteDecision, RouteRequest, RoutingPolicy
+from serving.routing import RouteDecision, RoutingPolicy
 from serving.scenarios import apply_profile, normalize_request, requested_max_tokens
 from serving.token_counter import PromptTokenCounter
 
@@ -52,40 +54,45 @@ MAX_RETRIES = 1
 class TrilemmaRouter(OpenAiIngress):
     """Ray's OpenAI ingress, with pools chosen per request instead of per model.
 
-    All pools serve the same model under one public name; which pool serves a request is
-    the router's business: its scenario (path or X-Scenario header) sets caps and the pools
-    it may use, and the routing policy picks among those by the request's size.
+    A request's model (its `model`, or its scenario's first) narrows the pools to those that
+    serve it; the rest is the router's business: the scenario (path or X-Scenario header) sets
+    caps and the pools it may use, and the routing policy picks among those by the request's size.
     """
 
     def __init__(
         self,
         pools: dict[str, DeploymentHandle],
-        model_card: ModelCard,
+        model_cards: dict[str, ModelCard],
         config: TrilemmaConfig,
-        tokenizer_source: str,
+        tokenizer_sources: dict[str, str],
         rates: dict[str, dict[str, float]],
         tenants: dict[str, dict[str, Any]],
         quality: dict[str, Any] | None = None,
     ) -> None:
-        # The base class answers /v1/models from its model cards; one card, the public name.
-        first_pool = next(iter(pools.values()))
+        # The base class answers /v1/models from its model cards, one per public name; the handle
+        # beside each is never called (requests go through the pool choice).
         super().__init__(
-            llm_deployments={model_card.id: first_pool}, model_cards={model_card.id: model_card}
+            llm_deployments={name: pools[config.pools_serving(name)[0]] for name in model_cards},
+            model_cards=model_cards,
         )
-        self._model_name = model_card.id
         self._config = config
+        self._models = ModelChoice(config)
         self._rates = {name: ReplicaRate(**rate) for name, rate in rates.items()}
-        self._policy = RoutingPolicy.from_config(
+        policy = RoutingPolicy.from_config(
             config.routing, {name: rate.usd_per_hour for name, rate in self._rates.items()},
             QualityLedger.from_dict(quality) if quality else None,
         )
         self._accounting = Accounting(tenants, config.tenants.spend_file)
-        self._token_counter = PromptTokenCounter(tokenizer_source)
-        self._token_counter.load()
+        # One tokenizer per source: models that share one count alike.
+        by_source = {source: PromptTokenCounter(source) for source in set(tokenizer_sources.values())}
+        self._token_counters = {name: by_source[source] for name, source in tokenizer_sources.items()}
+        for counter in by_source.values():
+            counter.load()
         # Only the autoscaler puts the cost profile in force.
         self._cost_profile = CostProfileWatch(cost_profile_key(config.app_name)) \
             if config.autoscaling.enabled else None
         self._health = PoolHealth(pools)
+        self._pool_choice = PoolChoice(config, policy, self._health)
         self._pool_client = PoolClient(pools, self._health, config.router.request_timeout_s)
         self._pool_watch = PoolWatch(
             config.app_name, {name: deployment_name(name) for name in pools}, self._health, RayControlBoard()
@@ -128,9 +135,11 @@ class TrilemmaRouter(OpenAiIngress):
             body, "chat" if is_chat else "completions", request, scenario_in_path=scenario
         )
 
-    async def scenario_models(self, scenario: str):
-        self._scenario(scenario, from_path=True)
-        return await self.models()
+    async def scenario_models(self, scenario: str) -> ModelList:
+        """`GET /api/<scenario>/models`: the models that scenario serves."""
+        allowed = self._models.allowed(self._scenario(scenario, from_path=True))
+        every = await self.models()
+        return ModelList(data=[card for card in every.data if card.id in allowed])
 
     async def pool_activity(self) -> dict[str, Any]:
         """`GET /trilemma/pools`: every replica's engine busy clock and each pool's price.
@@ -145,6 +154,7 @@ class TrilemmaRouter(OpenAiIngress):
         return {
             "pools": {
                 name: {
+                    "model": self._config.pool_model(name).name,
                     "accelerator": self._config.pools[name].accelerator,
                     "price_usd_per_hour": self._rates[name].usd_per_hour,
                     "replicas": replicas,
@@ -178,13 +188,8 @@ class TrilemmaRouter(OpenAiIngress):
                 if cheaper is not scenario:
                     scenario = cheaper
                     headers[wire.COST_PROFILE_HEADER] = profile.reason
-            if body.model not in (None, self._model_name):
-                raise ApiError(
-                    404,
-                    f"model {body.model!r} does not exist; this server serves {self._model_name!r}",
-                    code="model_not_found",
-                    param="model",
-                )
+            # The engine behind every pool of the model knows it by this name.
+            body.model = self._models.resolve(body.model, scenario_name, scenario)
             await self._accounting.check_budget(tenant)
             requested = requested_max_tokens(body)
             if requested is not None and requested < 1:
@@ -229,7 +234,7 @@ class TrilemmaRouter(OpenAiIngress):
         failures: list[PoolFailed] = []
         while True:
             decision = self._route(
-                scenario_name, scenario, prompt_tokens, max_tokens, request.headers.get(wire.POOL_HEADER)
+                scenario_name, scenario, body.model, prompt_tokens, max_tokens, request.headers.get(wire.POOL_HEADER)
             )
             retried = "".join(f"; retried after {failure}" for failure in failures)
             headers.update({wire.POOL_HEADER: decision.pool, wire.ROUTE_REASON_HEADER: decision.reason + retried})
@@ -254,9 +259,11 @@ class TrilemmaRouter(OpenAiIngress):
                 logger.warning("%s; sending the request again", failure)
 
     async def _count_prompt(self, body: Any, call_method: str) -> int:
+        """In the tokens of the request's model (resolved before this is called)."""
+        counter = self._token_counters[body.model]
         if call_method == "chat":
-            return await self._token_counter.count_chat(body.messages)
-        return await self._token_counter.count_completion(body.prompt)
+            return await counter.count_chat(body.messages)
+        return await counter.count_completion(body.prompt)
 
     def _scenario(self, name: str, *, from_path: bool) -> ScenarioConfig:
         scenario = self._config.scenarios.get(name)
@@ -278,76 +285,13 @@ class TrilemmaRouter(OpenAiIngress):
         return applied.max_tokens
 
     def _route(
-        self,
-        scenario_name: str,
-        scenario: ScenarioConfig,
-        prompt_tokens: int,
-        max_tokens: int,
+        self, scenario_name: str, scenario: ScenarioConfig, model: str, prompt_tokens: int, max_tokens: int,
         pinned_pool: str | None,
     ) -> RouteDecision:
-        pools = self._config.pools
-        need = prompt_tokens + max_tokens
-        largest = self._config.largest_max_model_len
-        if need > largest:
-            raise ApiError(
-                400,
-                f"request needs {need} tokens (prompt {prompt_tokens} + max_tokens {max_tokens}), "
-                f"over the largest pool's max_model_len of {largest}",
-                code="context_length_exceeded",
-                param="messages",
-            )
-        if pinned_pool is not None:
-            pool = pools.get(pinned_pool)
-            if pool is None:
-                raise ApiError(
-                    400,
-                    f"X-Trilemma-Pool names unknown pool {pinned_pool!r}; pools: {sorted(pools)}",
-                    code="unknown_pool",
-                )
-            if pool.max_model_len < need:
-                raise ApiError(
-                    400,
-                    f"request needs {need} tokens, over pool {pinned_pool!r}'s "
-                    f"max_model_len of {pool.max_model_len}",
-                    code="context_length_exceeded",
-                )
-            outage = self._health.outage(pinned_pool)
-            if outage is not None:
-                raise _unavailable([outage], "it is pinned by X-Trilemma-Pool")
-            return RouteDecision(pinned_pool, f"pinned by X-Trilemma-Pool; {need} tokens")
-        candidates = {name: pool for name, pool in pools.items() if scenario.admits(name, pool)}
-        request = RouteRequest(
-            prompt_tokens=prompt_tokens,
-            max_tokens=max_tokens,
-            scenario=scenario_name,
-            prefer_cheapest=scenario.prefer == "cheapest",
-            max_quality_loss=scenario.max_quality_loss,
-        )
-        # Pools that would take the request but are down: skipped, and named in the answer.
-        outages = [
-            outage for name, pool in candidates.items()
-            if pool.max_model_len >= need and (outage := self._health.outage(name)) is not None
-        ]
-        down = {outage.pool for outage in outages}
-        up = {name: pool for name, pool in candidates.items() if name not in down}
-        decision = self._policy.choose(request, up) if up else None
-        if decision is None and outages:
-            raise _unavailable(outages, f"scenario {scenario_name!r} may use no other pool that takes {need} tokens")
-        if decision is not None and outages:
-            skipped = "; ".join(f"skipped {outage.describe()}" for outage in outages)
-            decision = dataclasses.replace(decision, reason=f"{decision.reason}; {skipped}")
-        if decision is None:
-            detail = (
-                f": none of its pools {sorted(candidates)} takes {need} tokens"
-                if candidates
-                else ""
-            )
-            raise ApiError(
-                503,
-                f"no inference provider configured for scenario {scenario_name}{detail}",
-                code="no_provider",
-            )
-        return decision
+        return self._pool_choice.choose(PoolRequest(
+            scenario_name=scenario_name, scenario=scenario, model=model, prompt_tokens=prompt_tokens,
+            max_tokens=max_tokens, pinned_pool=pinned_pool,
+        ))
 
     async def _forward(
         self, pool: str, call_method: str, body: Any, request: Request, prompt_tokens: int,
@@ -381,7 +325,7 @@ class TrilemmaRouter(OpenAiIngress):
             self._health.failed(pool, reason)
             sent = max_tokens - following.max_tokens
             decision = self._route(
-                scenario_name, scenario, prompt_tokens + sent, following.max_tokens,
+                scenario_name, scenario, body.model, prompt_tokens + sent, following.max_tokens,
                 request.headers.get(wire.POOL_HEADER),
             )
             # The client's own priority is not known here any more; 0 is every engine's default.
@@ -402,13 +346,3 @@ class TrilemmaRouter(OpenAiIngress):
         """Only an engine that schedules by priority accepts one: the scenario's there."""
         return scenario.priority if self._config.pools[pool].uses_priority_scheduling else client_priority
 
-
-def _unavailable(outages: list[Outage], why_no_other: str) -> ApiError:
-    """A 503 that names the pools that are down and when to try again: at once, not after a timeout."""
-    return ApiError(
-        503,
-        f"no pool can take this request now: {'; '.join(outage.describe() for outage in outages)}; "
-        f"{why_no_other}",
-        code="pool_unavailable",
-        headers={"Retry-After": str(min(outage.retry_after_s for outage in outages))},
-    )

@@ -23,14 +23,15 @@ from serving.tenants import TenantDirectory
 def build_app(
     config: TrilemmaConfig, *, engine_cls: type | None = None, model_source: str | None = None
 ) -> Application:
-    """The whole online path. `model_source` skips resolving `config.model.source` (tests
-    with a fake engine need no model weights, only a tokenizer)."""
-    source = model_source or resolve_model_source(config.model.source)
+    """The whole online path. `model_source` stands in for every model's source (tests with a
+    fake engine need no model weights, only a tokenizer)."""
+    sources = {spec.source: model_source or resolve_model_source(spec.source) for spec in config.models.values()}
     in_use = sorted({pool.accelerator for pool in config.pools.values()})
     rates = pool_rates(config, resolve_catalog(config.costs, in_use))
     prices = {name: rate.usd_per_hour for name, rate in rates.items()}
     llm_configs = {
-        name: llm_config_for_pool(name, pool, config.model, source, serve_autoscaling_config(config, name, prices),
+        name: llm_config_for_pool(name, pool, config.pool_model(name), sources[config.pool_model(name).source],
+                                  serve_autoscaling_config(config, name, prices),
                                   ongoing_limit=config.ongoing_limit(name), pool_slot=slot)
         for slot, (name, pool) in enumerate(config.pools.items())
     }
@@ -39,12 +40,14 @@ def build_app(
             build_pool_deployment(name, config.pools[name], llm_config, rates[name], engine_cls,
                                   max_in_engine_ceiling=config.max_in_engine_ceiling(name)),
             without_replica_counts({"pools": {name: config.pools[name].model_dump(mode="json")}}),
-            config.model.model_dump(mode="json"), source, rates[name].model_dump(mode="json"),
-            config.max_in_engine_ceiling(name), _qualname(engine_cls),
+            config.pool_model(name).model_dump(mode="json"), sources[config.pool_model(name).source],
+            rates[name].model_dump(mode="json"), config.max_in_engine_ceiling(name), _qualname(engine_cls),
         )
         for name, llm_config in llm_configs.items()
     }
-    model_card = to_model_metadata(config.model.name, next(iter(llm_configs.values())))
+    # One card per public name, from the first pool that serves it.
+    model_cards = {name: to_model_metadata(name, llm_configs[config.pools_serving(name)[0]]) for name in config.models}
+    tokenizer_sources = {name: sources[spec.source] for name, spec in config.models.items()}
     router = serve.deployment(
         router_ingress_class(config.router.max_body_bytes),
         name="router",
@@ -63,9 +66,9 @@ def build_app(
     # Read here too: the file is where the config's author ran the measurement.
     quality = QualityLedger.from_result(config.quality.results).to_dict() if config.quality.results else None
     return with_version(
-        router.bind(pools=pools, model_card=model_card, config=config, tokenizer_source=source,
+        router.bind(pools=pools, model_cards=model_cards, config=config, tokenizer_sources=tokenizer_sources,
                     rates=rates_dump, tenants=tenants, quality=quality),
-        without_replica_counts(config.model_dump(mode="json")), source, rates_dump, tenants, quality,
+        without_replica_counts(config.model_dump(mode="json")), tokenizer_sources, rates_dump, tenants, quality,
     )
 
 

@@ -118,7 +118,8 @@ def _config_reference(args: argparse.Namespace) -> int:
 
 
 def _prepare_model(args: argparse.Namespace) -> int:
-    print(resolve_model_source(TrilemmaConfig.from_yaml(args.config).model.source))
+    for spec in TrilemmaConfig.from_yaml(args.config).models.values():
+        print(resolve_model_source(spec.source))
     return 0
 
 
@@ -129,17 +130,18 @@ def _serve(args: argparse.Namespace) -> int:
     if args.port:
         config = config.model_copy(update={"http": config.http.model_copy(update={"port": args.port})})
     started = time.monotonic()
-    source = resolve_model_source(config.model.source)
-    print(f"model ready in {time.monotonic() - started:.0f} s: {source}", flush=True)
-    url = deploy_unless_stopped(config, model_source=source)
+    for spec in config.models.values():
+        print(f"model {spec.name} ready in {time.monotonic() - started:.0f} s: "
+              f"{resolve_model_source(spec.source)}", flush=True)
+    url = deploy_unless_stopped(config)
     if url is None:
         print("stopped while starting", flush=True)
         return 0
     print(
-        f"\nTrilemma is serving {config.model.name} at {url}/v1 "
+        f"\nTrilemma is serving {', '.join(config.models)} at {url}/v1 "
         f"(ready {time.monotonic() - started:.0f} s after start; Ctrl-C or SIGTERM drains and stops it)\n"
         f"  curl {url}/v1/chat/completions -H 'Content-Type: application/json' "
-        f"-d '{{\"model\": \"{config.model.name}\", \"messages\": [{{\"role\": \"user\", "
+        f"-d '{{\"model\": \"{config.default_model}\", \"messages\": [{{\"role\": \"user\", "
         f"\"content\": \"Hello!\"}}]}}'\n",
         flush=True,
     )

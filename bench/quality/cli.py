@@ -58,21 +58,21 @@ def against_reference(pools: list[dict[str, Any]], reference: str) -> None:
 def markdown(result: dict[str, Any]) -> str:
     lines = [
         f"# {result['name']}", "", f"Command: `{result['command']}`", "",
-        f"On {result['machine']}, model `{result['model']}`. Perplexity over {result['passages']} held-out "
+        f"On {result['machine']}, models `{result['model']}`. Perplexity over {result['passages']} held-out "
         f"passages (bench/quality/heldout.txt, the engine's prompt log-probabilities); task: "
         f"{result['task_total']} questions with exact answers (bench/quality/tasks.jsonl), greedy. $ per 1M "
         "tokens: what the app billed these requests (prompt and answer tokens); TTFT: the task's streamed "
         f"questions, one at a time; speed: {result['pools'][0]['burst_in_flight']} completions of "
         f"{result['burst_tokens']} tokens at once. Against pool `{result['reference']}`.", "",
-        "| pool | precision | perplexity | task score | $/1M tokens | TTFT p50 / p99 (ms) | out tok/s at a burst "
-        "| perplexity added | task points lost | saving |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| pool | model | precision | perplexity | task score | $/1M tokens | TTFT p50 / p99 (ms) "
+        "| out tok/s at a burst | perplexity added | task points lost | saving |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for p in result["pools"]:
         saving = "-" if p["saving"] is None else f"{p['saving']:.0%}"
         usd = "-" if p["usd_per_1m_tokens"] is None else f"{p['usd_per_1m_tokens']:.4f}"
         lines.append(
-            f"| {p['pool']} | {p['precision_label']} | {p['perplexity']:.2f} | {p['task_right']}/{p['task_total']} "
+            f"| {p['pool']} | {p.get('model', result['model'])} | {p['precision_label']} | {p['perplexity']:.2f} | {p['task_right']}/{p['task_total']} "
             f"| {usd} | {fmt(p['ttft_ms']['p50'], 0)} / {fmt(p['ttft_ms']['p99'], 0)} "
             f"| {fmt(p['burst_output_tokens_per_s'])} "
             f"| {p['perplexity_added']:+.2f} | {p['task_points_lost']:+.1f} | {saving} |")
@@ -108,7 +108,6 @@ def bench_quality(args: argparse.Namespace) -> int:
             raise ConfigError(f"the reference pool {reference!r} is not among the scored pools {pools}")
     except (ConfigError, ValueError) as error:
         return fail(error)
-    source = resolve_model_source(config.model.source)
     passages, questions = heldout_passages(), tasks()
     scored = []
     with contextlib.ExitStack() as stack:
@@ -120,12 +119,14 @@ def bench_quality(args: argparse.Namespace) -> int:
 
                 stack.callback(shutdown_local_ray)
                 url = stack.enter_context(deployed(config))
-            model = wait_until_serving(url, args.ready_timeout_s)
+            wait_until_serving(url, args.ready_timeout_s)
             for pool in pools:
                 print(f"quality: pool {pool} ...", flush=True)
-                row = score_pool(PoolClient(url, model, pool, args.api_key), passages, questions,
+                model = config.pool_model(pool)
+                row = score_pool(PoolClient(url, model.name, pool, args.api_key), passages, questions,
                                  in_flight=args.burst_in_flight)
-                row["precision"] = pool_precision(config, pool, source)
+                row["model"] = model.name
+                row["precision"] = pool_precision(config, pool, resolve_model_source(model.source))
                 row["precision_label"] = precision_label(row["precision"])
                 print(f"quality: pool {pool}: perplexity {row['perplexity']:.2f}, task {row['task_right']}/"
                       f"{row['task_total']}", flush=True)
@@ -137,7 +138,8 @@ def bench_quality(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     plot = plots.quality_corners(scored, out / f"{name}.png")
-    result = {"name": name, "command": command_line(args), "machine": machine.describe(), "model": model,
+    result = {"name": name, "command": command_line(args), "machine": machine.describe(),
+              "model": ", ".join(dict.fromkeys(row["model"] for row in scored)),
               "passages": len(passages), "task_total": len(questions), "reference": reference,
               "burst_tokens": BURST_TOKENS, "plot": plot.name, "pools": scored}
     json_path = write_json(result, out, name)

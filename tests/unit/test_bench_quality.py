@@ -55,7 +55,7 @@ def test_each_pool_shows_its_loss_beside_its_saving(tmp_path):
     assert pools[2]["saving"] is None
     text = markdown({"name": "q", "command": "c", "machine": "m", "model": "smol", "passages": 6, "task_total": 40,
                      "reference": "quality", "burst_tokens": 64, "plot": "q.png", "pools": pools})
-    assert "| cost | bfloat16 | 20.60 | 28/40 | 1.0000 | 100 / 200 | 50.0 | +0.60 | +5.0 | 50% |" in text
+    assert "| cost | smol | bfloat16 | 20.60 | 28/40 | 1.0000 | 100 / 200 | 50.0 | +0.60 | +5.0 | 50% |" in text
     assert quality_corners(pools, tmp_path / "q.png").stat().st_size > 0
 
 
