@@ -157,12 +157,31 @@ def _candidates(need: PoolNeed, node_types: list[NodeType]) -> tuple[list[NodeTy
                             f"than any GPU of the catalog has: the largest is {largest.accelerator} with "
                             f"{largest.gpu_memory_gib:g} GiB")
         meets = f"with >= {memory:g} GiB per GPU"
+    fitting, meets = _holding_the_weights(need, fitting, meets)
     holding = [t for t in fitting if t.gpus >= need.whole_gpus]
     if not holding:
         most = max(fitting, key=lambda t: t.gpus)
         raise PlanError(f"pool {need.pool} needs {need.whole_gpus} GPUs per replica on one node, more "
                         f"than any fitting node type has: the most is {most.gpus} ({most.label})")
     return holding, meets
+
+
+def _holding_the_weights(need: PoolNeed, fitting: list[NodeType], meets: str) -> tuple[list[NodeType], str]:
+    """Only GPUs whose memory (the pool's share of it) holds the pool's own model's weights."""
+    weights = need.weights_per_gpu_gib
+    if weights is None:
+        return fitting, meets
+    if need.memory_per_gpu_gib is not None and weights > need.gpu_memory_gib:
+        raise PlanError(f"pool {need.pool} sets gpu_memory_gib {need.gpu_memory_gib:g}, less than its model "
+                        f"{need.model!r} takes in weights alone ({weights:.1f} GiB per GPU)")
+    share = need.gpus_per_replica if need.shares_a_gpu else 1.0
+    holding = [t for t in fitting if t.gpu_memory_gib * share >= weights]
+    if not holding:
+        largest = max(fitting, key=lambda t: t.gpu_memory_gib)
+        raise PlanError(f"pool {need.pool}'s model {need.model!r} takes {weights:.1f} GiB of weights per GPU, "
+                        f"more than its share of the largest fitting GPU holds ({largest.accelerator}: "
+                        f"{largest.gpu_memory_gib * share:.1f} GiB)")
+    return holding, f"{meets}, holding {need.model}'s {weights:.1f} GiB of weights"
 
 
 def choose_node_type(need: PoolNeed, node_types: list[NodeType]) -> PoolChoice:

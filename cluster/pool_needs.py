@@ -7,6 +7,8 @@ from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, model_va
 
 from core.config import TrilemmaConfig
 from core.config_base import StrictModel
+from core.model_size import read_model_config, weights_gib
+from core.model_store import local_model_folder
 from core.price_catalog import Purchase
 
 
@@ -23,6 +25,11 @@ class PoolNeed(StrictModel):
     min_replicas: NonNegativeInt
     max_replicas: PositiveInt
     purchase: Purchase
+    model: str = Field("", description="The public name of the model the pool serves.")
+    weights_gib: PositiveFloat | None = Field(
+        None, description="Its weights in the pool's precision, all GPUs of a replica together; null: not "
+        "known here (a hub id, or a model shape this count does not know).",
+    )
 
     @model_validator(mode="after")
     def _bounds_in_order(self) -> PoolNeed:
@@ -38,6 +45,11 @@ class PoolNeed(StrictModel):
     def whole_gpus(self) -> int:
         """GPUs a replica holds whole (1 for a replica on a share of one GPU)."""
         return max(1, int(self.gpus_per_replica))
+
+    @property
+    def weights_per_gpu_gib(self) -> float | None:
+        """The weights each GPU of a replica holds: tensor and pipeline parallel split them."""
+        return None if self.weights_gib is None else self.weights_gib / self.whole_gpus
 
     @property
     def memory_per_gpu_gib(self) -> float | None:
@@ -66,11 +78,21 @@ def pool_needs(config: TrilemmaConfig) -> list[PoolNeed]:
             continue
         bounds = config.autoscaling.pools.get(name) if config.autoscaling.enabled else None
         low, high = (bounds.min_replicas, bounds.max_replicas) if bounds else (pool.replicas, pool.replicas)
+        model = config.pool_model(name)
         needs.append(PoolNeed(
             pool=name, accelerator=pool.accelerator, gpus_per_replica=pool.units,
             gpu_memory_gib=pool.gpu_memory_gib, min_replicas=low, max_replicas=high, purchase=pool.purchase,
+            model=model.name, weights_gib=pool_weights_gib(model.source, pool.quantization,
+                                                          pool.engine_kwargs.get("dtype")),
         ))
     return needs
+
+
+def pool_weights_gib(source: str, quantization: str | None, dtype: str | None) -> float | None:
+    """The size of a pool's weights, where its model's config is on this machine."""
+    folder = local_model_folder(source)
+    config = read_model_config(str(folder)) if folder else None
+    return weights_gib(config, quantization, dtype) if config else None
 
 
 def cpu_pools(config: TrilemmaConfig) -> list[str]:

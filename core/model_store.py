@@ -42,6 +42,14 @@ def resolve_model_source(model: str, cache_dir: Path | None = None) -> str:
     return str(prepare_embedded_model(cache_dir or default_cache_dir()))
 
 
+def local_model_folder(model: str, cache_dir: Path | None = None) -> Path | None:
+    """The folder a config's model reference loads from when it is already on this machine
+    (the embedded model once prepared, a local folder), without preparing or fetching anything."""
+    folder = (cache_dir or default_cache_dir()) / "models" / EMBEDDED_MODEL_NAME if model == EMBEDDED_MODEL_REF \
+        else Path(model).expanduser()
+    return folder if (folder / "config.json").is_file() else None
+
+
 def prepare_embedded_model(cache_dir: Path) -> Path:
     """Returns a Hugging Face safetensors folder of the embedded model, converting it once."""
     target = cache_dir / "models" / EMBEDDED_MODEL_NAME

@@ -34,7 +34,7 @@ from deployments.pool_watch import PoolWatch
 from deployments.stream_relay import relay
 from serving.cost_profile import CostProfileWatch, apply_cost_profile
 from serving.model_choice import ModelChoice
-from serving.pool_choice import PoolChoice, PoolRequest
+from serving.pool_choice import PoolChooser, PoolRequest
 from serving.pool_health import PoolHealth
 from serving.quality_ledger import QualityLedger
 from serving.request_timeline import RequestTimeline
@@ -78,9 +78,9 @@ class TrilemmaRouter(OpenAiIngress):
         self._config = config
         self._models = ModelChoice(config)
         self._rates = {name: ReplicaRate(**rate) for name, rate in rates.items()}
+        self._quality = QualityLedger.from_dict(quality) if quality else None
         policy = RoutingPolicy.from_config(
-            config.routing, {name: rate.usd_per_hour for name, rate in self._rates.items()},
-            QualityLedger.from_dict(quality) if quality else None,
+            config.routing, {name: rate.usd_per_hour for name, rate in self._rates.items()}, self._quality,
         )
         self._accounting = Accounting(tenants, config.tenants.spend_file)
         # One tokenizer per source: models that share one count alike.
@@ -92,7 +92,7 @@ class TrilemmaRouter(OpenAiIngress):
         self._cost_profile = CostProfileWatch(cost_profile_key(config.app_name)) \
             if config.autoscaling.enabled else None
         self._health = PoolHealth(pools)
-        self._pool_choice = PoolChoice(config, policy, self._health)
+        self._pool_chooser = PoolChooser(config, policy, self._health)
         self._pool_client = PoolClient(pools, self._health, config.router.request_timeout_s)
         self._pool_watch = PoolWatch(
             config.app_name, {name: deployment_name(name) for name in pools}, self._health, RayControlBoard()
@@ -176,6 +176,7 @@ class TrilemmaRouter(OpenAiIngress):
             timeline.stamp("router_received")
         tenant = "unauthenticated"
         headers: dict[str, str] = {}
+        profile_cap: int | None = None  # a max_tokens cap the cost profile put on the scenario
         self._pool_watch.start()
         try:
             # First: a caller without a key learns no more.
@@ -186,6 +187,8 @@ class TrilemmaRouter(OpenAiIngress):
             if profile is not None and profile.in_force:
                 cheaper = apply_cost_profile(scenario, self._config.autoscaling.cost_profile)
                 if cheaper is not scenario:
+                    if cheaper.max_tokens_cap != scenario.max_tokens_cap:
+                        profile_cap = cheaper.max_tokens_cap
                     scenario = cheaper
                     headers[wire.COST_PROFILE_HEADER] = profile.reason
             # The engine behind every pool of the model knows it by this name.
@@ -218,6 +221,11 @@ class TrilemmaRouter(OpenAiIngress):
                 tenant=tenant, priority=known.priority if known else None, status=error.status, usage=None,
             )
             raise
+        if profile_cap is not None and max_tokens == profile_cap and self._quality is not None:
+            # The cap bound this request: say what it gives up on the pool that answers.
+            note = self._quality.token_cap_note(headers[wire.POOL_HEADER], profile_cap)
+            if note:
+                headers[wire.COST_PROFILE_HEADER] += f"; {note}"
         response.headers.update(headers)
         if applied.adjustments:
             response.headers[wire.ADJUSTMENTS_HEADER] = "; ".join(applied.adjustments)
@@ -288,7 +296,7 @@ class TrilemmaRouter(OpenAiIngress):
         self, scenario_name: str, scenario: ScenarioConfig, model: str, prompt_tokens: int, max_tokens: int,
         pinned_pool: str | None,
     ) -> RouteDecision:
-        return self._pool_choice.choose(PoolRequest(
+        return self._pool_chooser.choose(PoolRequest(
             scenario_name=scenario_name, scenario=scenario, model=model, prompt_tokens=prompt_tokens,
             max_tokens=max_tokens, pinned_pool=pinned_pool,
         ))

@@ -27,7 +27,7 @@ class PoolRequest:
         return self.prompt_tokens + self.max_tokens
 
 
-class PoolChoice:
+class PoolChooser:
     def __init__(self, config: TrilemmaConfig, policy: RoutingPolicy, health: PoolHealth) -> None:
         self._config, self._policy, self._health = config, policy, health
 

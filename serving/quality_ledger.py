@@ -23,6 +23,9 @@ from core.config_base import ConfigError
 class PoolQuality:
     perplexity: float
     task_score: float  # the share of the task's questions answered right
+    # The tokens of the pool's measured open answers (summaries), each measured up to answer_max_tokens.
+    answer_tokens: tuple[int, ...] = ()
+    answer_max_tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -59,7 +62,9 @@ class QualityLedger:
         """From a `trilemma bench quality` JSON result; a ConfigError names what is wrong with it."""
         try:
             result = json.loads(Path(path).read_text())
-            pools = {row["pool"]: PoolQuality(float(row["perplexity"]), float(row["task_score"]))
+            pools = {row["pool"]: PoolQuality(float(row["perplexity"]), float(row["task_score"]),
+                                              tuple(int(n) for n in row.get("answer_tokens") or ()),
+                                              int(row.get("answer_max_tokens") or 0))
                      for row in result["pools"]}
         except (OSError, ValueError, KeyError, TypeError) as error:
             raise ConfigError(f"quality.results {str(path)!r} is not a `trilemma bench quality` result: "
@@ -71,7 +76,8 @@ class QualityLedger:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> QualityLedger:
-        return cls({name: PoolQuality(**quality) for name, quality in data["pools"].items()}, data["source"])
+        return cls({name: PoolQuality(**{**quality, "answer_tokens": tuple(quality.get("answer_tokens", ()))})
+                    for name, quality in data["pools"].items()}, data["source"])
 
     def loss(self, from_pool: str, to_pool: str) -> QualityLoss | None:
         """None when either pool was not measured."""
@@ -80,6 +86,19 @@ class QualityLedger:
             return None
         return QualityLoss(from_pool, to_pool, after.perplexity - before.perplexity,
                            (before.task_score - after.task_score) * 100)
+
+    def token_cap_note(self, pool: str, cap: int) -> str | None:
+        """What a max_tokens cap of `cap` gives up on `pool`: how many of its measured answers run
+        longer. None when the pool's answers were not measured."""
+        quality = self.pools.get(pool)
+        if quality is None or not quality.answer_tokens:
+            return None
+        lengths = quality.answer_tokens
+        cut = sum(length > cap for length in lengths)
+        # An answer measured at its limit may have run on: past the limit, nothing is known.
+        unknown = f", none measured past {quality.answer_max_tokens}" if cap >= quality.answer_max_tokens else ""
+        return (f"token cap {cap}: {cut} of {len(lengths)} measured answers of pool {pool} run longer "
+                f"(median {sorted(lengths)[len(lengths) // 2]} tokens{unknown}; {self.source})")
 
     def refusal(self, from_pool: str, to_pool: str, limit: QualityLossLimit | None) -> str | None:
         """Why a move from `from_pool` to `to_pool` is not made under `limit`, or None."""

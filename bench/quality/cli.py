@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -63,10 +64,12 @@ def markdown(result: dict[str, Any]) -> str:
         f"{result['task_total']} questions with exact answers (bench/quality/tasks.jsonl), greedy. $ per 1M "
         "tokens: what the app billed these requests (prompt and answer tokens); TTFT: the task's streamed "
         f"questions, one at a time; speed: {result['pools'][0]['burst_in_flight']} completions of "
-        f"{result['burst_tokens']} tokens at once. Against pool `{result['reference']}`.", "",
+        f"{result['burst_tokens']} tokens at once; summary tokens: the greedy summary of each passage, the "
+        "median and the longest (what the cost profile's token cap would cut of them). "
+        f"Against pool `{result['reference']}`.", "",
         "| pool | model | precision | perplexity | task score | $/1M tokens | TTFT p50 / p99 (ms) "
-        "| out tok/s at a burst | perplexity added | task points lost | saving |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| out tok/s at a burst | summary tokens p50 / max | perplexity added | task points lost | saving |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for p in result["pools"]:
         saving = "-" if p["saving"] is None else f"{p['saving']:.0%}"
@@ -74,10 +77,15 @@ def markdown(result: dict[str, Any]) -> str:
         lines.append(
             f"| {p['pool']} | {p.get('model', result['model'])} | {p['precision_label']} | {p['perplexity']:.2f} | {p['task_right']}/{p['task_total']} "
             f"| {usd} | {fmt(p['ttft_ms']['p50'], 0)} / {fmt(p['ttft_ms']['p99'], 0)} "
-            f"| {fmt(p['burst_output_tokens_per_s'])} "
+            f"| {fmt(p['burst_output_tokens_per_s'])} | {_answer_lengths(p)} "
             f"| {p['perplexity_added']:+.2f} | {p['task_points_lost']:+.1f} | {saving} |")
     lines += ["", f"![quality]({result['plot']})", ""]
     return "\n".join(lines)
+
+
+def _answer_lengths(pool: dict[str, Any]) -> str:
+    lengths = pool.get("answer_tokens") or []
+    return f"{statistics.median(lengths):.0f} / {max(lengths)}" if lengths else "-"
 
 
 def add_quality_command(sub: argparse._SubParsersAction) -> None:
@@ -89,6 +97,9 @@ def add_quality_command(sub: argparse._SubParsersAction) -> None:
     quality.add_argument("--reference", help="the pool the others are set against (default: the first)")
     quality.add_argument("--burst-in-flight", type=int, default=8,
                          help="completions sent at once for each pool's speed (default 8; more on a GPU)")
+    quality.add_argument("--answer-max-tokens", type=int, default=256,
+                         help="measure each pool's summaries of the passages up to this many tokens: what the "
+                              "cost profile's token cap would cut (default 256; 0 skips)")
     quality.add_argument("--ready-timeout-s", type=float, default=900.0)
     add_output_args(quality, "quality")
     quality.set_defaults(func=bench_quality)
@@ -124,7 +135,7 @@ def bench_quality(args: argparse.Namespace) -> int:
                 print(f"quality: pool {pool} ...", flush=True)
                 model = config.pool_model(pool)
                 row = score_pool(PoolClient(url, model.name, pool, args.api_key), passages, questions,
-                                 in_flight=args.burst_in_flight)
+                                 in_flight=args.burst_in_flight, answer_max_tokens=args.answer_max_tokens)
                 row["model"] = model.name
                 row["precision"] = pool_precision(config, pool, resolve_model_source(model.source))
                 row["precision_label"] = precision_label(row["precision"])

@@ -25,6 +25,8 @@ from core import wire
 ANSWER_MAX_TOKENS = 12
 # Per completion of the speed burst.
 BURST_TOKENS = 64
+# Open answers, whose lengths say what a token cap would cut of them.
+SUMMARY_REQUEST = "Summarize this passage in a few sentences.\n\n{passage}"
 TIMEOUT_S = 600.0
 
 
@@ -82,6 +84,15 @@ class PoolClient:
         return "".join(parts), (first_at or time.perf_counter()) - started
 
 
+    def answer_tokens(self, prompt: str, max_tokens: int) -> int:
+        """The tokens of the greedy chat answer to `prompt`, up to `max_tokens`. Not billed into the
+        pool's $ per 1M tokens, which stays comparable with runs that did not measure answers."""
+        body = {"model": self.model, "messages": [{"role": "user", "content": prompt}], "temperature": 0,
+                "max_tokens": max_tokens}
+        response = httpx.post(f"{self.url}/v1/chat/completions", json=body, headers=self.headers, timeout=TIMEOUT_S)
+        self._check(response)
+        return (response.json().get("usage") or {}).get("completion_tokens") or 0
+
     def complete(self, prompt: str, max_tokens: int) -> int:
         """A completion of exactly `max_tokens` tokens; the tokens it generated."""
         body = {"model": self.model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True}
@@ -101,7 +112,10 @@ def burst_tokens_per_s(client: PoolClient, passages: list[str], in_flight: int) 
     return tokens / (time.perf_counter() - started)
 
 
-def score_pool(client: PoolClient, passages: list[str], questions: list[Task], in_flight: int = 8) -> dict[str, Any]:
+def score_pool(client: PoolClient, passages: list[str], questions: list[Task], in_flight: int = 8,
+               answer_max_tokens: int = 0) -> dict[str, Any]:
+    """`answer_max_tokens` > 0 also measures how long the pool's summaries of the passages run,
+    up to that many tokens: what a token cap would cut (0: not measured)."""
     client.ask(questions[0].question)  # uncounted: a first request may pay for the engine's warm-up
     client.tokens, client.cost_usd = 0, 0.0
     nll, scored = 0.0, 0
@@ -109,6 +123,8 @@ def score_pool(client: PoolClient, passages: list[str], questions: list[Task], i
         passage_nll, passage_tokens = client.passage_nll(passage)
         nll, scored = nll + passage_nll, scored + passage_tokens
     replies = [(task, *client.ask(task.question)) for task in questions]
+    answer_tokens = [client.answer_tokens(SUMMARY_REQUEST.format(passage=passage), answer_max_tokens)
+                     for passage in passages] if answer_max_tokens > 0 else []
     tokens_per_s = burst_tokens_per_s(client, passages, in_flight)
     ttft_ms = [seconds * 1000 for _, _, seconds in replies]
     right = sum(is_right(reply, task) for task, reply, _ in replies)
@@ -119,6 +135,7 @@ def score_pool(client: PoolClient, passages: list[str], questions: list[Task], i
         else client.cost_usd / client.tokens * 1e6,
         "billed_tokens": client.tokens, "billed_usd": client.cost_usd,
         "burst_in_flight": in_flight, "burst_output_tokens_per_s": tokens_per_s,
+        "answer_tokens": answer_tokens, "answer_max_tokens": answer_max_tokens,
         "ttft_ms": {"p50": statistics.median(ttft_ms), "p99": percentile(ttft_ms, 99)},
         "wrong": [{"question": task.question, "reply": reply} for task, reply, _ in replies
                   if not is_right(reply, task)][:10],

@@ -26,7 +26,8 @@ def quality_app(ray_cluster, embedded_model_dir, tmp_path_factory):
     measured = tmp_path_factory.mktemp("quality") / "quality-fake.json"
     measured.write_text(json.dumps({"pools": [
         {"pool": "short", "perplexity": 10.0, "task_score": 0.8},
-        {"pool": "long", "perplexity": 11.2, "task_score": 0.8},
+        {"pool": "long", "perplexity": 11.2, "task_score": 0.8, "answer_tokens": [100, 300, 400],
+         "answer_max_tokens": 512},
     ]}))
     raw = config_for_tests().model_dump(mode="json")
     raw["app_name"] = APP
@@ -46,8 +47,8 @@ def quality_app(ray_cluster, embedded_model_dir, tmp_path_factory):
         yield url
 
 
-def ask(url: str, scenario: str) -> httpx.Response:
-    body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+def ask(url: str, scenario: str, max_tokens: int = 4) -> httpx.Response:
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": max_tokens}
     response = httpx.post(f"{url}/v1/chat/completions", json=body, headers={"X-Scenario": scenario}, timeout=60)
     assert response.status_code == 200, response.text
     return response
@@ -77,5 +78,11 @@ def test_the_cost_profile_moves_only_within_each_scenarios_quality_limit(quality
         assert refused.headers["x-trilemma-pool"] == "short"
         assert "pool long refused: perplexity +1.20 over max_quality_loss.perplexity 0.5" in \
             refused.headers["x-trilemma-route-reason"]
+        # The profile's token cap (256) binds a longer request: it says what the cap cuts there.
+        capped = ask(quality_app, "bulk", max_tokens=1000)
+        assert "max_tokens 1000 capped to 256" in capped.headers["x-trilemma-adjustments"]
+        assert capped.headers["x-trilemma-cost-profile"] == (
+            "over the budget (test); token cap 256: 2 of 3 measured answers of pool long run longer "
+            "(median 300 tokens; quality-fake.json)")
     finally:
         board.put(cost_profile_key(APP), {"in_force": False, "reason": ""})

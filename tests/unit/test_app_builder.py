@@ -58,7 +58,7 @@ def test_a_cpu_pool_cannot_sleep_with_vllm_and_the_error_says_why():
         TrilemmaConfig.from_dict(raw)
 
 
-@pytest.mark.parametrize("name", ["local-cpu.yaml", "gpu.yaml"])
+@pytest.mark.parametrize("name", ["local-cpu.yaml", "gpu.yaml", "models-h200.yaml"])
 def test_build_app_binds_router_and_pools(name):
     config = TrilemmaConfig.from_yaml(CONFIG_DIR / name)
     app = build_app(config, model_source="/models/any")
@@ -70,6 +70,22 @@ def test_build_app_binds_router_and_pools(name):
     for name, pool in pools.items():
         assert pool._bound_deployment.init_kwargs["cpu_engine"] is config.pools[name].is_cpu
         assert "dtype" not in pool._bound_deployment.init_kwargs["llm_config"].engine_kwargs
+
+
+def test_the_seed_tables_scenarios_each_get_their_own_model_and_precision():
+    config = TrilemmaConfig.from_yaml(CONFIG_DIR / "models-h200.yaml")
+    app = build_app(config, model_source="/models/any")
+    bound = app._bound_deployment.init_kwargs
+    assert sorted(bound["model_cards"]) == ["llama-8b-shape", "smollm2-135m-shape"]
+    pools = {name: deployment._bound_deployment.init_kwargs["llm_config"] for name, deployment in bound["pools"].items()}
+    assert {name: llm.model_id for name, llm in pools.items()} == {
+        "chat": "smollm2-135m-shape", "batch": "llama-8b-shape", "cost": "llama-8b-shape"}
+    assert pools["cost"].engine_kwargs["quantization"] == "fp8" and "quantization" not in pools["batch"].engine_kwargs
+    serving = {name: config.pools_serving(scenario.models[0], scenario) for name, scenario in config.scenarios.items()}
+    assert serving == {"chat": ["chat"], "quality": ["batch"], "cost": ["batch", "cost"], "batch": ["batch", "cost"]}
+    # Every pool shares the one card, with a KV cache of its own and no memory profile to collide.
+    assert sum(pool.gpu_fraction for pool in config.pools.values()) <= 1
+    assert all(pool.kv_cache_gib for pool in config.pools.values())
 
 
 def test_app_builder_rejects_unknown_arguments():

@@ -49,13 +49,15 @@ def _pool(name: str, ppl: float, right: int, usd: float | None) -> dict:
 
 def test_each_pool_shows_its_loss_beside_its_saving(tmp_path):
     pools = [_pool("quality", 20.0, 30, 2.0), _pool("cost", 20.6, 28, 1.0), _pool("free", 25.0, 20, None)]
+    pools[1]["answer_tokens"] = [40, 90, 256, 70]
     against_reference(pools, "quality")
     assert pools[1]["perplexity_added"] == pytest.approx(0.6)
     assert pools[1]["task_points_lost"] == pytest.approx(5.0) and pools[1]["saving"] == pytest.approx(0.5)
     assert pools[2]["saving"] is None
     text = markdown({"name": "q", "command": "c", "machine": "m", "model": "smol", "passages": 6, "task_total": 40,
                      "reference": "quality", "burst_tokens": 64, "plot": "q.png", "pools": pools})
-    assert "| cost | smol | bfloat16 | 20.60 | 28/40 | 1.0000 | 100 / 200 | 50.0 | +0.60 | +5.0 | 50% |" in text
+    assert "| cost | smol | bfloat16 | 20.60 | 28/40 | 1.0000 | 100 / 200 | 50.0 | 80 / 256 | +0.60 | +5.0 | 50% |" in text
+    assert "| free | smol | bfloat16 | 25.00 | 20/40 | - | 100 / 200 | 50.0 | - |" in text  # no answers measured
     assert quality_corners(pools, tmp_path / "q.png").stat().st_size > 0
 
 

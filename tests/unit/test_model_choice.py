@@ -9,7 +9,7 @@ import pytest
 from core.config import ConfigError, TrilemmaConfig
 from core.errors import ApiError
 from serving.model_choice import ModelChoice
-from serving.pool_choice import PoolChoice, PoolRequest
+from serving.pool_choice import PoolChooser, PoolRequest
 from serving.pool_health import PoolHealth
 from serving.routing import RoutingPolicy
 
@@ -72,7 +72,7 @@ def test_a_model_the_scenario_does_not_serve_is_refused_with_the_ones_it_does(sc
 
 def choose(model: str, scenario: str, prompt_tokens: int = 10, pinned: str | None = None):
     policy = RoutingPolicy.from_config(CONFIG.routing, {"chat": 2.0, "batch": 3.0, "batch-fp8": 1.0})
-    choice = PoolChoice(CONFIG, policy, PoolHealth({name: None for name in CONFIG.pools}))
+    choice = PoolChooser(CONFIG, policy, PoolHealth({name: None for name in CONFIG.pools}))
     return choice.choose(PoolRequest(scenario_name=scenario, scenario=CONFIG.scenarios[scenario], model=model,
                                      prompt_tokens=prompt_tokens, max_tokens=64, pinned_pool=pinned))
 

@@ -68,3 +68,28 @@ def test_a_limit_without_a_measurement_is_a_config_error():
     assert TrilemmaConfig.from_dict(raw).scenarios["chat"].max_quality_loss.perplexity == 0.5
     with pytest.raises(ValueError, match="nats"):
         TrilemmaConfig.from_dict({**raw, "scenarios": {"chat": {"priority": 0, "max_quality_loss": {"nats": 1}}}})
+
+
+@pytest.mark.parametrize("cap, expected", [
+    (64, "token cap 64: 3 of 4 measured answers of pool full run longer (median 140 tokens; quality-h200.json)"),
+    (200, "token cap 200: 1 of 4 measured answers of pool full run longer (median 140 tokens; quality-h200.json)"),
+    (256, "token cap 256: 0 of 4 measured answers of pool full run longer (median 140 tokens, none measured past 256;"),
+])
+def test_a_token_cap_says_how_many_measured_answers_it_would_cut(cap, expected):
+    ledger = QualityLedger({"full": PoolQuality(10.0, 0.8, (60, 140, 256, 120), 256), "fp8": PoolQuality(10.3, 0.775)},
+                           "quality-h200.json")
+    assert ledger.token_cap_note("full", cap).startswith(expected)
+    assert ledger.token_cap_note("fp8", cap) is None and ledger.token_cap_note("gone", cap) is None
+    # The router gets the ledger as data: the measured answers survive the trip.
+    assert QualityLedger.from_dict(ledger.to_dict()).token_cap_note("full", cap) == ledger.token_cap_note("full", cap)
+
+
+def test_answer_lengths_are_read_from_the_result_and_older_results_still_load(tmp_path):
+    path = tmp_path / "quality.json"
+    path.write_text(json.dumps({"pools": [
+        {"pool": "full", "perplexity": 10.0, "task_score": 0.8, "answer_tokens": [50, 300], "answer_max_tokens": 512},
+        {"pool": "old", "perplexity": 11.0, "task_score": 0.7},
+    ]}))
+    ledger = QualityLedger.from_result(path)
+    assert ledger.pools["full"].answer_tokens == (50, 300) and ledger.pools["old"].answer_tokens == ()
+    assert "1 of 2 measured answers" in ledger.token_cap_note("full", 256)
