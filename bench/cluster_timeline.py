@@ -65,7 +65,7 @@ def pool_deployment_options(config: TrilemmaConfig, pool: str) -> dict[str, Any]
     from deployments.pool import PoolServer
     from deployments.pool_deployment import deployment_name, llm_config_for_pool
 
-    llm_config = llm_config_for_pool(pool, config.pools[pool], config.model, "stand-in")
+    llm_config = llm_config_for_pool(pool, config.pools[pool], config.pool_model(pool), "stand-in")
     options = PoolServer.get_deployment_options(llm_config)
     return {"name": deployment_name(pool), "placement_group_bundles": options["placement_group_bundles"],
             "placement_group_strategy": options["placement_group_strategy"],

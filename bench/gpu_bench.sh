@@ -15,7 +15,7 @@ step=${1:-all}
 out=${2:-bench/results/gpu-h200}
 # Absolute: plain `vllm serve` (vs-vllm, start) runs in a folder of its own, where a relative
 # path reads as a Hugging Face id.
-models=${MODELS:-$PWD/.wh/gpu/models}
+models=$(realpath -m "${MODELS:-.wh/gpu/models}")
 config=serve_app/configs/gpu-h200.yaml
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1

@@ -24,7 +24,6 @@ from bench.datasets import Prompt, docs_dataset
 from bench.load_generator import run_load
 from bench.metrics import RequestRecord, distribution_ms, summarize
 from core.config import TrilemmaConfig
-from core.model_store import resolve_model_source
 from core.prometheus_text import phase_latency, settled_scrape
 from serve_app.launcher import deployed
 
@@ -187,8 +186,7 @@ def measure_isolation(
     deployment before its first phase. `arms` runs only some deployments (a host that limits
     how long one command may run takes them in turns); `earlier`, the result of a run of the
     other arm, supplies its phases."""
-    source = model_source or resolve_model_source(config.model.source)
-    model = config.model.name
+    model = config.default_model
     phases: dict[str, dict[str, Any]] = dict((earlier or {}).get("phases", {}))
     records: dict[str, list[dict[str, Any]]] = dict((earlier or {}).get("records", {}))
 
@@ -205,7 +203,7 @@ def measure_isolation(
     configs = {"split": config, "shared": shared_pool_config(config)}
     for arm in arms:
         arm_config = configs[arm]
-        with deployed(arm_config, engine_cls=engine_cls, model_source=source, route_prefix=route_prefix) as url:
+        with deployed(arm_config, engine_cls=engine_cls, model_source=model_source, route_prefix=route_prefix) as url:
             _warm(url, load, warmup, model=model, api_key=api_key)
             scraped[0] = settled_scrape(metrics_url)  # the warm-up's requests are not the phase's
             if arm == "split":

@@ -39,8 +39,9 @@ ARMS = ("direct", "router")
 
 def build_direct_ingress(config: TrilemmaConfig, pool: str, model_source: str) -> Application:
     """Ray's OpenAiIngress over the pool deployment the running app already has."""
-    llm_config = llm_config_for_pool(pool, config.pools[pool], config.model, model_source)
-    card = to_model_metadata(config.model.name, llm_config)
+    model = config.pool_model(pool)
+    llm_config = llm_config_for_pool(pool, config.pools[pool], model, model_source)
+    card = to_model_metadata(model.name, llm_config)
     ingress = serve.deployment(
         make_fastapi_ingress(OpenAiIngress),
         name="direct-ingress",
@@ -87,26 +88,28 @@ def measure_overhead(
 ) -> dict[str, Any]:
     """Deploys the app and the direct ingress, runs the ABBA rounds, tears both down."""
     config = Knob(f"pools.{pool}.engine_kwargs.enable_prefix_caching").apply(config, False)
-    source = model_source or resolve_model_source(config.model.source)
+    # The pool's own model: the direct ingress serves it, and both arms are asked for it.
+    model = config.pool_model(pool).name
+    source = model_source or resolve_model_source(config.pool_model(pool).source)
     shape = LoadShape(concurrency=concurrency)
     records: dict[str, list[RequestRecord]] = {arm: [] for arm in ARMS}
     seconds = {arm: 0.0 for arm in ARMS}
     round_throughput: dict[str, list[float]] = {arm: [] for arm in ARMS}
     misrouted = 0
-    with deployed(config, engine_cls=engine_cls, model_source=source, route_prefix=route_prefix) as url:
+    with deployed(config, engine_cls=engine_cls, model_source=model_source, route_prefix=route_prefix) as url:
         serve.run(build_direct_ingress(config, pool, source), name=DIRECT_APP, route_prefix=DIRECT_PREFIX)
         try:
             urls = {"direct": urljoin(url + "/", DIRECT_PREFIX), "router": url}
             for arm in ARMS:
                 asyncio.run(run_load(urls[arm], overhead_prompts(warmup, seed=seed - 1, max_tokens=max_tokens),
-                                     LoadShape(concurrency=warmup), model=config.model.name, progress=False,
+                                     LoadShape(concurrency=warmup), model=model, progress=False,
                                      api_key=api_key))
             for index in range(rounds):
                 prompts = overhead_prompts(num_prompts, seed=seed + index, max_tokens=max_tokens)
                 order = ARMS if index % 2 == 0 else tuple(reversed(ARMS))
                 for arm in order:
                     batch, duration = asyncio.run(run_load(
-                        urls[arm], prompts, shape, model=config.model.name, progress=progress,
+                        urls[arm], prompts, shape, model=model, progress=progress,
                         label=f"round {index + 1} {arm}", api_key=api_key,
                     ))
                     records[arm] += batch

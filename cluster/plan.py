@@ -167,21 +167,22 @@ def _candidates(need: PoolNeed, node_types: list[NodeType]) -> tuple[list[NodeTy
 
 
 def _holding_the_weights(need: PoolNeed, fitting: list[NodeType], meets: str) -> tuple[list[NodeType], str]:
-    """Only GPUs whose memory (the pool's share of it) holds the pool's own model's weights."""
-    weights = need.weights_per_gpu_gib
-    if weights is None:
+    """Only GPUs whose memory (the pool's share of it) holds the pool's own model's weights and
+    its fixed KV cache: a pool's memory need is the operator's estimate, its weights are not."""
+    held = need.held_per_gpu_gib
+    if held is None:
         return fitting, meets
-    if need.memory_per_gpu_gib is not None and weights > need.gpu_memory_gib:
-        raise PlanError(f"pool {need.pool} sets gpu_memory_gib {need.gpu_memory_gib:g}, less than its model "
-                        f"{need.model!r} takes in weights alone ({weights:.1f} GiB per GPU)")
+    if need.memory_per_gpu_gib is not None and held > need.gpu_memory_gib:
+        raise PlanError(f"pool {need.pool} sets gpu_memory_gib {need.gpu_memory_gib:g}, less than "
+                        f"{need.held_described()} take ({held:.1f} GiB per GPU)")
     share = need.gpus_per_replica if need.shares_a_gpu else 1.0
-    holding = [t for t in fitting if t.gpu_memory_gib * share >= weights]
+    holding = [t for t in fitting if t.gpu_memory_gib * share >= held]
     if not holding:
         largest = max(fitting, key=lambda t: t.gpu_memory_gib)
-        raise PlanError(f"pool {need.pool}'s model {need.model!r} takes {weights:.1f} GiB of weights per GPU, "
-                        f"more than its share of the largest fitting GPU holds ({largest.accelerator}: "
+        raise PlanError(f"pool {need.pool}: {need.held_described()} take {held:.1f} GiB per GPU, more than "
+                        f"its share of the largest fitting GPU holds ({largest.accelerator}: "
                         f"{largest.gpu_memory_gib * share:.1f} GiB)")
-    return holding, f"{meets}, holding {need.model}'s {weights:.1f} GiB of weights"
+    return holding, f"{meets}, holding {need.held_described()}"
 
 
 def choose_node_type(need: PoolNeed, node_types: list[NodeType]) -> PoolChoice:

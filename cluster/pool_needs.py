@@ -30,6 +30,7 @@ class PoolNeed(StrictModel):
         None, description="Its weights in the pool's precision, all GPUs of a replica together; null: not "
         "known here (a hub id, or a model shape this count does not know).",
     )
+    kv_cache_gib: PositiveFloat | None = Field(None, description="The pool's fixed KV cache per GPU, if it sets one.")
 
     @model_validator(mode="after")
     def _bounds_in_order(self) -> PoolNeed:
@@ -50,6 +51,16 @@ class PoolNeed(StrictModel):
     def weights_per_gpu_gib(self) -> float | None:
         """The weights each GPU of a replica holds: tensor and pipeline parallel split them."""
         return None if self.weights_gib is None else self.weights_gib / self.whole_gpus
+
+    @property
+    def held_per_gpu_gib(self) -> float | None:
+        """What each GPU of a replica must hold for certain: its weights and a fixed KV cache."""
+        weights = self.weights_per_gpu_gib
+        return None if weights is None else weights + (self.kv_cache_gib or 0.0)
+
+    def held_described(self) -> str:
+        kv = f" and its {self.kv_cache_gib:g} GiB KV cache" if self.kv_cache_gib else ""
+        return f"{self.model}'s {self.weights_per_gpu_gib:.1f} GiB of weights{kv}"
 
     @property
     def memory_per_gpu_gib(self) -> float | None:
@@ -84,6 +95,7 @@ def pool_needs(config: TrilemmaConfig) -> list[PoolNeed]:
             gpu_memory_gib=pool.gpu_memory_gib, min_replicas=low, max_replicas=high, purchase=pool.purchase,
             model=model.name, weights_gib=pool_weights_gib(model.source, pool.quantization,
                                                           pool.engine_kwargs.get("dtype")),
+            kv_cache_gib=pool.kv_cache_gib,
         ))
     return needs
 

@@ -85,7 +85,7 @@ class ScenarioConfig(StrictModel):
         None, description="Pools the scenario may use; null means all (an empty list: none)."
     )
     models: list[str] | None = Field(
-        None,
+        None, min_length=1,
         description="Public model names the scenario may serve; a request that names another is refused, "
         "one that names none gets the first. Null: any model, and the app's default when none is named.",
     )
@@ -329,7 +329,10 @@ class TrilemmaConfig(StrictModel):
         return self.model.name if self.model.name in self.models else next(iter(self.models))
 
     def pools_serving(self, model_name: str, scenario: ScenarioConfig | None = None) -> list[str]:
-        """The pools whose engines serve `model_name` (and that `scenario`, if given, may use)."""
+        """The pools whose engines serve `model_name`, and, where `scenario` is given, that it may
+        use for that model (its pools, its precision, its models)."""
+        if scenario is not None and scenario.models is not None and model_name not in scenario.models:
+            return []
         return [name for name, pool in self.pools.items()
                 if self.pool_model(name).name == model_name and (scenario is None or scenario.admits(name, pool))]
 
@@ -363,6 +366,12 @@ class TrilemmaConfig(StrictModel):
     @property
     def largest_max_model_len(self) -> int:
         return max(pool.max_model_len for pool in self.pools.values())
+
+    def largest_max_model_len_for(self, model_name: str, scenario: ScenarioConfig | None = None) -> int:
+        """The longest request a pool of `model_name` (that `scenario` may use) takes; the app's
+        largest where none does, so that a scenario without pools is refused as such."""
+        serving = self.pools_serving(model_name, scenario)
+        return max((self.pools[name].max_model_len for name in serving), default=self.largest_max_model_len)
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> TrilemmaConfig:

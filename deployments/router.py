@@ -176,7 +176,9 @@ class TrilemmaRouter(OpenAiIngress):
             timeline.stamp("router_received")
         tenant = "unauthenticated"
         headers: dict[str, str] = {}
-        profile_cap: int | None = None  # a max_tokens cap the cost profile put on the scenario
+        # Set when the cost profile tightened the scenario's cap: the answer then says what the
+        # cap gives up on the pool that served it.
+        profile_cap: int | None = None
         self._pool_watch.start()
         try:
             # First: a caller without a key learns no more.
@@ -192,7 +194,8 @@ class TrilemmaRouter(OpenAiIngress):
                     scenario = cheaper
                     headers[wire.COST_PROFILE_HEADER] = profile.reason
             # The engine behind every pool of the model knows it by this name.
-            body.model = self._models.resolve(body.model, scenario_name, scenario)
+            body.model = self._models.resolve(body.model, scenario_name, scenario,
+                                              request.headers.get(wire.POOL_HEADER))
             await self._accounting.check_budget(tenant)
             requested = requested_max_tokens(body)
             if requested is not None and requested < 1:
@@ -205,7 +208,8 @@ class TrilemmaRouter(OpenAiIngress):
                 prompt_tokens = await self._count_prompt(body, call_method)
                 self._accounting.metrics.prompt_tokens_saved(scenario_name, original_tokens - prompt_tokens)
             headers[wire.PROMPT_TOKENS_HEADER] = str(prompt_tokens)
-            max_tokens = self._fit_default_budget(body, prompt_tokens, applied)
+            max_tokens = self._fit_default_budget(body, prompt_tokens, applied,
+                                                  self._config.largest_max_model_len_for(body.model, scenario))
             headers[wire.PRIORITY_HEADER] = str(scenario.priority)
             response = await self._route_and_forward(
                 body, call_method, request, scenario_name, scenario, tenant, prompt_tokens, max_tokens, headers,
@@ -221,8 +225,8 @@ class TrilemmaRouter(OpenAiIngress):
                 tenant=tenant, priority=known.priority if known else None, status=error.status, usage=None,
             )
             raise
-        if profile_cap is not None and max_tokens == profile_cap and self._quality is not None:
-            # The cap bound this request: say what it gives up on the pool that answers.
+        bound = profile_cap is not None and max_tokens == profile_cap and (requested is None or requested > profile_cap)
+        if bound and self._quality is not None:  # the cap cut this request's budget
             note = self._quality.token_cap_note(headers[wire.POOL_HEADER], profile_cap)
             if note:
                 headers[wire.COST_PROFILE_HEADER] += f"; {note}"
@@ -284,9 +288,10 @@ class TrilemmaRouter(OpenAiIngress):
             )
         return scenario
 
-    def _fit_default_budget(self, body: Any, prompt_tokens: int, applied) -> int:
-        """A budget the client never asked for shrinks to fit; an explicit one is honoured or refused."""
-        largest = self._config.largest_max_model_len
+    @staticmethod
+    def _fit_default_budget(body: Any, prompt_tokens: int, applied, largest: int) -> int:
+        """A budget the client never asked for shrinks to fit the largest pool of the request's
+        model (`largest`); an explicit one is honoured or refused."""
         if applied.defaulted and prompt_tokens < largest < prompt_tokens + applied.max_tokens:
             body.max_tokens = largest - prompt_tokens
             return body.max_tokens

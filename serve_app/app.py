@@ -45,8 +45,9 @@ def build_app(
         )
         for name, llm_config in llm_configs.items()
     }
-    # One card per public name, from the first pool that serves it.
-    model_cards = {name: to_model_metadata(name, llm_configs[config.pools_serving(name)[0]]) for name in config.models}
+    # The default model first: clients that take the first model listed get the app's default.
+    names = sorted(config.models, key=lambda name: name != config.default_model)
+    model_cards = {name: to_model_metadata(name, llm_configs[config.pools_serving(name)[0]]) for name in names}
     tokenizer_sources = {name: sources[spec.source] for name, spec in config.models.items()}
     router = serve.deployment(
         router_ingress_class(config.router.max_body_bytes),

@@ -18,6 +18,7 @@ from serve_app.autoscale_cli import add_commands as add_autoscale_commands
 from serve_app.cluster_cli import add_commands as add_cluster_commands
 from serve_app.cost_cli import add_commands as add_cost_commands
 from serve_app.observe_cli import add_commands as add_observe_commands
+from serving.model_choice import ModelChoice
 
 # Commands other parts of the project add without this module importing them (`trilemma
 # bench` is the benchmark's): each entry point is an `add_commands(subparsers)`.
@@ -137,11 +138,14 @@ def _serve(args: argparse.Namespace) -> int:
     if url is None:
         print("stopped while starting", flush=True)
         return 0
+    # What the default scenario serves, so the printed request works as it is.
+    first_model = (ModelChoice(config).allowed(config.scenarios[config.routing.default_scenario])
+                   or [config.default_model])[0]
     print(
         f"\nTrilemma is serving {', '.join(config.models)} at {url}/v1 "
         f"(ready {time.monotonic() - started:.0f} s after start; Ctrl-C or SIGTERM drains and stops it)\n"
         f"  curl {url}/v1/chat/completions -H 'Content-Type: application/json' "
-        f"-d '{{\"model\": \"{config.default_model}\", \"messages\": [{{\"role\": \"user\", "
+        f"-d '{{\"model\": \"{first_model}\", \"messages\": [{{\"role\": \"user\", "
         f"\"content\": \"Hello!\"}}]}}'\n",
         flush=True,
     )

@@ -25,7 +25,12 @@ class ModelChoice:
         reachable = [name for name in self.served if self._config.pools_serving(name, scenario)]
         return sorted(reachable, key=lambda name: name != default)
 
-    def resolve(self, requested: str | None, scenario_name: str, scenario: ScenarioConfig) -> str:
+    def resolve(self, requested: str | None, scenario_name: str, scenario: ScenarioConfig,
+                pinned_pool: str | None = None) -> str:
+        """`pinned_pool` (X-Trilemma-Pool) stands in for a model the request does not name: the
+        pool's own, so that pinning a pool for debugging needs no model name."""
+        if requested is None and pinned_pool in self._config.pools:
+            requested = self._config.pool_model(pinned_pool).name
         # A scenario that may use no pool at all is the pool choice's to refuse (503, no provider).
         allowed = self.allowed(scenario)
         if requested is None:

@@ -32,12 +32,13 @@ class PoolChooser:
         self._config, self._policy, self._health = config, policy, health
 
     def choose(self, request: PoolRequest) -> RouteDecision:
-        largest = self._config.largest_max_model_len
+        largest = self._config.largest_max_model_len_for(request.model, request.scenario)
         if request.need > largest:
             raise ApiError(
                 400,
                 f"request needs {request.need} tokens (prompt {request.prompt_tokens} + max_tokens "
-                f"{request.max_tokens}), over the largest pool's max_model_len of {largest}",
+                f"{request.max_tokens}), over the largest pool's max_model_len of {largest} (model "
+                f"{request.model!r} in scenario {request.scenario_name!r})",
                 code="context_length_exceeded",
                 param="messages",
             )
@@ -75,7 +76,7 @@ class PoolChooser:
         served = self._config.pool_model(name).name
         if served != request.model:
             raise ApiError(400, f"X-Trilemma-Pool names pool {name!r}, which serves model {served!r}, "
-                                f"not {request.model!r}", code="unknown_pool", param="model")
+                                f"not {request.model!r}", code="pool_model_mismatch", param="model")
         if pool.max_model_len < request.need:
             raise ApiError(400, f"request needs {request.need} tokens, over pool {name!r}'s max_model_len "
                                 f"of {pool.max_model_len}", code="context_length_exceeded")

@@ -11,6 +11,7 @@ is refused where a limit is set: an unknown loss is not shown to be within it.
 from __future__ import annotations
 
 import json
+import statistics
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -96,9 +97,10 @@ class QualityLedger:
         lengths = quality.answer_tokens
         cut = sum(length > cap for length in lengths)
         # An answer measured at its limit may have run on: past the limit, nothing is known.
-        unknown = f", none measured past {quality.answer_max_tokens}" if cap >= quality.answer_max_tokens else ""
+        limit = quality.answer_max_tokens
+        unknown = f", none measured past {limit}" if 0 < limit <= cap else ""
         return (f"token cap {cap}: {cut} of {len(lengths)} measured answers of pool {pool} run longer "
-                f"(median {sorted(lengths)[len(lengths) // 2]} tokens{unknown}; {self.source})")
+                f"(median {statistics.median(lengths):g} tokens{unknown}; {self.source})")
 
     def refusal(self, from_pool: str, to_pool: str, limit: QualityLossLimit | None) -> str | None:
         """Why a move from `from_pool` to `to_pool` is not made under `limit`, or None."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import statistics
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,19 @@ def pool_precision(config: TrilemmaConfig, pool: str, source: str) -> dict[str, 
     quantization = config.pools[pool].quantization or engine_kwargs.get("quantization")
     return {"dtype": str(engine_kwargs.get("dtype", "auto")), "quantization": quantization,
             "kv_cache_dtype": str(engine_kwargs.get("kv_cache_dtype", "auto"))}
+
+
+def scoring_scenario(config: TrilemmaConfig, pool: str) -> str | None:
+    """The scenario a pool is scored in: one that may use the pool and serves its model, with the
+    loosest max_tokens cap (a cap would cut the summaries), then one that leaves the prompts as
+    they are, then the most urgent. None when no scenario reaches the pool."""
+    model = config.pool_model(pool).name
+    reaching = [name for name, scenario in config.scenarios.items() if pool in config.pools_serving(model, scenario)]
+    if not reaching:
+        return None
+    return min(reaching, key=lambda name: (-(config.scenarios[name].max_tokens_cap or math.inf),
+                                           config.scenarios[name].normalize_whitespace,
+                                           config.scenarios[name].priority))
 
 
 def precision_label(precision: dict[str, Any]) -> str:
@@ -75,7 +89,8 @@ def markdown(result: dict[str, Any]) -> str:
         saving = "-" if p["saving"] is None else f"{p['saving']:.0%}"
         usd = "-" if p["usd_per_1m_tokens"] is None else f"{p['usd_per_1m_tokens']:.4f}"
         lines.append(
-            f"| {p['pool']} | {p.get('model', result['model'])} | {p['precision_label']} | {p['perplexity']:.2f} | {p['task_right']}/{p['task_total']} "
+            f"| {p['pool']} | {p.get('model', result['model'])} | {p['precision_label']} | {p['perplexity']:.2f} "
+            f"| {p['task_right']}/{p['task_total']} "
             f"| {usd} | {fmt(p['ttft_ms']['p50'], 0)} / {fmt(p['ttft_ms']['p99'], 0)} "
             f"| {fmt(p['burst_output_tokens_per_s'])} | {_answer_lengths(p)} "
             f"| {p['perplexity_added']:+.2f} | {p['task_points_lost']:+.1f} | {saving} |")
@@ -113,6 +128,10 @@ def bench_quality(args: argparse.Namespace) -> int:
         if unknown:
             raise ConfigError(f"no pools {unknown}; pools: {sorted(config.pools)}")
         reference = args.reference or pools[0]
+        scenarios = {pool: scoring_scenario(config, pool) for pool in pools}
+        unreached = sorted(pool for pool, scenario in scenarios.items() if scenario is None)
+        if unreached:
+            raise ConfigError(f"no scenario may use pools {unreached} with their models: they cannot be scored")
         if args.burst_in_flight < 1:
             raise ConfigError(f"--burst-in-flight must be at least 1, got {args.burst_in_flight}")
         if reference not in pools:
@@ -133,10 +152,13 @@ def bench_quality(args: argparse.Namespace) -> int:
             wait_until_serving(url, args.ready_timeout_s)
             for pool in pools:
                 print(f"quality: pool {pool} ...", flush=True)
-                model = config.pool_model(pool)
-                row = score_pool(PoolClient(url, model.name, pool, args.api_key), passages, questions,
-                                 in_flight=args.burst_in_flight, answer_max_tokens=args.answer_max_tokens)
-                row["model"] = model.name
+                model, scenario = config.pool_model(pool), scenarios[pool]
+                # A summary longer than the scenario's cap would be cut there: measured up to the cap.
+                cap = config.scenarios[scenario].max_tokens_cap
+                answer_max_tokens = min(args.answer_max_tokens, cap) if cap else args.answer_max_tokens
+                row = score_pool(PoolClient(url, model.name, pool, args.api_key, scenario), passages, questions,
+                                 in_flight=args.burst_in_flight, answer_max_tokens=answer_max_tokens)
+                row["model"], row["scenario"] = model.name, scenario
                 row["precision"] = pool_precision(config, pool, resolve_model_source(model.source))
                 row["precision_label"] = precision_label(row["precision"])
                 print(f"quality: pool {pool}: perplexity {row['perplexity']:.2f}, task {row['task_right']}/"

@@ -33,9 +33,10 @@ TIMEOUT_S = 600.0
 class PoolClient:
     """Requests to one pool of the app, with the tokens and dollars they were billed."""
 
-    def __init__(self, url: str, model: str, pool: str, api_key: str | None) -> None:
+    def __init__(self, url: str, model: str, pool: str, api_key: str | None, scenario: str | None = None) -> None:
         self.url, self.model, self.pool = url.rstrip("/"), model, pool
-        self.headers = {wire.POOL_HEADER: pool, **({"Authorization": f"Bearer {api_key}"} if api_key else {})}
+        self.headers = {wire.POOL_HEADER: pool, **({"Authorization": f"Bearer {api_key}"} if api_key else {}),
+                        **({wire.SCENARIO_HEADER: scenario} if scenario else {})}
         self.tokens = 0
         self.cost_usd: float | None = 0.0
 

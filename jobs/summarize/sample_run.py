@@ -46,13 +46,12 @@ def main(argv: list[str] | None = None) -> int:
     if app_answers(url):
         print(f"using the app at {url}", flush=True)
         return summarize([*job, "--url", url])
-    from core.model_store import resolve_model_source
     from serve_app.launcher import deploy, shutdown_local_ray
 
     print(f"no app at {url}: starting one with {args.config} (minutes on a CPU: the engines compile)", flush=True)
     started = time.monotonic()
     try:
-        url = deploy(config, model_source=resolve_model_source(config.model.source))
+        url = deploy(config)
         print(f"app ready at {url} after {time.monotonic() - started:.0f} s", flush=True)
         # The job joins the Ray this process started for the app.
         return summarize([*job, "--url", url])

@@ -8,8 +8,9 @@ import math
 import pytest
 
 from bench.plots import quality_corners
-from bench.quality.cli import against_reference, markdown, precision_label
+from bench.quality.cli import against_reference, markdown, precision_label, scoring_scenario
 from bench.quality.scores import Task, heldout_passages, is_right, perplexity, prompt_nll, tasks
+from core.config import CONFIG_DIR, TrilemmaConfig
 
 
 def test_perplexity_comes_from_each_prompt_tokens_own_log_probability():
@@ -64,3 +65,21 @@ def test_each_pool_shows_its_loss_beside_its_saving(tmp_path):
 def test_the_precision_names_the_quantization_before_the_dtype_and_a_kv_cache_apart():
     assert precision_label({"dtype": "bfloat16", "quantization": None, "kv_cache_dtype": "auto"}) == "bfloat16"
     assert precision_label({"dtype": "auto", "quantization": "fp8", "kv_cache_dtype": "fp8"}) == "fp8, KV fp8"
+
+
+@pytest.mark.parametrize("config_name, pool, scenario", [
+    ("local-cpu.yaml", "short", "quality"),        # no cap and the prompts left as they are
+    ("precision-cpu.yaml", "long", "batch"),        # int8: the quality scenario never reaches it
+    ("models-h200.yaml", "chat", "chat"),           # the only scenario of the small model
+    ("models-h200.yaml", "cost", "batch"),          # the large model's pool in fp8
+])
+def test_each_pool_is_scored_in_a_scenario_that_reaches_it_with_the_loosest_cap(config_name, pool, scenario):
+    config = TrilemmaConfig.from_yaml(CONFIG_DIR / config_name)
+    assert scoring_scenario(config, pool) == scenario
+
+
+def test_a_pool_no_scenario_reaches_cannot_be_scored():
+    raw = TrilemmaConfig.from_yaml(CONFIG_DIR / "local-cpu.yaml").model_dump(mode="json")
+    for scenario in raw["scenarios"].values():
+        scenario["pools"] = ["short"]
+    assert scoring_scenario(TrilemmaConfig.from_dict(raw), "long") is None

@@ -84,17 +84,29 @@ def test_only_the_pools_of_the_requests_model_are_candidates():
     assert choose("big", "cost").pool == "batch-fp8"
 
 
-@pytest.mark.parametrize("model, scenario, pinned, status, message", [
-    ("small", "chat", "batch", 400, "pool 'batch', which serves model 'big', not 'small'"),
-    ("small", "chat", None, 400, "over the largest pool's max_model_len of 8192"),
-    ("big", "closed", None, 503, "no inference provider configured for scenario closed"),
-    ("small", "quality", None, 503, "and model 'small': none of its pools ['chat'] takes 3010 tokens"),
+@pytest.mark.parametrize("model, scenario, pinned, tokens, status, code, message", [
+    ("small", "chat", "batch", 10, 400, "pool_model_mismatch", "pool 'batch', which serves model 'big', not 'small'"),
+    # The limit is the largest pool of the request's model, not of the app.
+    ("small", "chat", None, 2000, 400, "context_length_exceeded",
+     "over the largest pool's max_model_len of 2048 (model 'small' in scenario 'chat')"),
+    ("big", "chat", None, 9000, 400, "context_length_exceeded", "max_model_len of 8192 (model 'big'"),
+    ("big", "closed", None, 10, 503, "no_provider", "no inference provider configured for scenario closed"),
 ])
-def test_no_pool_for_the_model_says_why(model, scenario, pinned, status, message):
-    tokens = 9000 if message.startswith("over") else (2946 if "3010" in message else 10)
+def test_no_pool_for_the_model_says_why(model, scenario, pinned, tokens, status, code, message):
     with pytest.raises(ApiError) as caught:
         choose(model, scenario, prompt_tokens=tokens, pinned=pinned)
-    assert caught.value.status == status and message in caught.value.message
+    assert caught.value.status == status and caught.value.code == code and message in caught.value.message
+
+
+def test_a_pinned_pool_gives_its_model_to_a_request_that_names_none():
+    assert MODELS.resolve(None, "quality", CONFIG.scenarios["quality"], pinned_pool="chat") == "small"
+    with pytest.raises(ApiError, match="is not served to scenario 'chat'"):
+        MODELS.resolve(None, "chat", CONFIG.scenarios["chat"], pinned_pool="batch")
+
+
+def test_a_scenario_cannot_list_no_model():
+    with pytest.raises(ConfigError, match="scenarios.chat.models"):
+        TrilemmaConfig.from_dict(raw_config(chat=[]))
 
 
 def test_one_public_name_for_two_sources_is_refused():

@@ -26,7 +26,10 @@ SMOLLM2_135M = {"hidden_size": 576, "num_hidden_layers": 30, "intermediate_size"
     (LLAMA_8B_SHAPE, "fp8", None, 7.25),       # and in fp8: 7.28 GiB (with the scales)
     (SMOLLM2_135M, None, None, 0.25),
     (SMOLLM2_135M, None, "float32", 0.50),     # the CPU pools' fp32
-    (SMOLLM2_135M, "awq", None, 0.11),
+    (SMOLLM2_135M, None, "auto", 0.25),        # vLLM's auto: the checkpoint's dtype
+    (SMOLLM2_135M, None, "half", 0.25),
+    ({**SMOLLM2_135M, "quantization_config": {"quant_method": "awq", "bits": 4}}, None, None, 0.11),
+    ({**SMOLLM2_135M, "quantization_config": {"quant_method": "gptq", "bits": 4}}, "gptq", None, 0.11),
 ])
 def test_weights_in_the_pools_precision(config, quantization, dtype, expected_gib):
     assert weights_gib(config, quantization, dtype) == pytest.approx(expected_gib, abs=0.01)
@@ -34,13 +37,16 @@ def test_weights_in_the_pools_precision(config, quantization, dtype, expected_gi
 
 def test_a_shape_or_width_not_known_is_none_rather_than_a_guess():
     assert decoder_parameters({"model_type": "mamba", "d_model": 768}) is None
+    assert decoder_parameters({**LLAMA_8B_SHAPE, "num_local_experts": 8}) is None  # a mixture of experts
     assert weights_gib(SMOLLM2_135M, "bitsandbytes") is None
+    assert weights_gib({**SMOLLM2_135M, "quantization_config": {"quant_method": "compressed-tensors"}}) is None
     assert sum(decoder_parameters(SMOLLM2_135M)) == 134_515_008 - 576 * 61  # SmolLM2-135M, norms aside
 
 
-def need(weights_gib: float, memory: float | None = None, gpus: float = 1.0) -> PoolNeed:
+def need(weights_gib: float, memory: float | None = None, gpus: float = 1.0, kv: float | None = None) -> PoolNeed:
     return PoolNeed(pool="long", accelerator="H100", gpus_per_replica=gpus, gpu_memory_gib=memory,
-                    min_replicas=1, max_replicas=1, purchase="on_demand", model="big", weights_gib=weights_gib)
+                    min_replicas=1, max_replicas=1, purchase="on_demand", model="big", weights_gib=weights_gib,
+                    kv_cache_gib=kv)
 
 
 def test_the_plan_skips_gpus_too_small_for_the_pools_own_weights():
@@ -50,8 +56,10 @@ def test_the_plan_skips_gpus_too_small_for_the_pools_own_weights():
 
 
 @pytest.mark.parametrize("pool_need, message", [
-    (need(30, memory=20), "pool long sets gpu_memory_gib 20, less than its model 'big' takes in weights alone (30.0"),
-    (need(50, gpus=0.5), "takes 50.0 GiB of weights per GPU, more than its share of the largest fitting GPU holds (H100: 40.0"),
+    (need(30, memory=20), "pool long sets gpu_memory_gib 20, less than big's 30.0 GiB of weights take (30.0 GiB per GPU)"),
+    (need(7.25, memory=30, kv=24), "less than big's 7.2 GiB of weights and its 24 GiB KV cache take (31.2 GiB per GPU)"),
+    (need(50, gpus=0.5), "big's 50.0 GiB of weights take 50.0 GiB per GPU, more than its share of the largest fitting "
+                         "GPU holds (H100: 40.0"),
 ])
 def test_weights_that_cannot_fit_stop_the_plan_with_both_sizes(pool_need, message):
     with pytest.raises(PlanError) as caught:

@@ -71,9 +71,9 @@ def test_a_limit_without_a_measurement_is_a_config_error():
 
 
 @pytest.mark.parametrize("cap, expected", [
-    (64, "token cap 64: 3 of 4 measured answers of pool full run longer (median 140 tokens; quality-h200.json)"),
-    (200, "token cap 200: 1 of 4 measured answers of pool full run longer (median 140 tokens; quality-h200.json)"),
-    (256, "token cap 256: 0 of 4 measured answers of pool full run longer (median 140 tokens, none measured past 256;"),
+    (64, "token cap 64: 3 of 4 measured answers of pool full run longer (median 130 tokens; quality-h200.json)"),
+    (200, "token cap 200: 1 of 4 measured answers of pool full run longer (median 130 tokens; quality-h200.json)"),
+    (256, "token cap 256: 0 of 4 measured answers of pool full run longer (median 130 tokens, none measured past 256;"),
 ])
 def test_a_token_cap_says_how_many_measured_answers_it_would_cut(cap, expected):
     ledger = QualityLedger({"full": PoolQuality(10.0, 0.8, (60, 140, 256, 120), 256), "fp8": PoolQuality(10.3, 0.775)},
