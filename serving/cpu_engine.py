@@ -18,7 +18,10 @@ The compiled graph's rotary embedding, which inductor computes in fp32 with one 
 where vLLM's C++ kernel rounds differently, turned "The capital of France is Paris." into
 "L'Étoile, la Marseillaise, la femme," (a 0.10-nat tie in the fp32 model). float32 answered
 all 8 as the reference and ran 3.2x the tokens/s at a batch of 8 (0.72x for one stream), so
-such a CPU runs float32.
+such a CPU runs float32. Where the CPU does multiply bf16 natively (an AMD EPYC with
+AVX512_BF16), bf16 gave the same wrong answer to the same question: bf16's rounding, not its
+arithmetic's speed, decides that tie. So every x86 CPU runs float32 unless the pool's
+engine_kwargs name `dtype: bfloat16`, which buys speed at the price of the model's answers.
 """
 
 from __future__ import annotations
@@ -43,13 +46,17 @@ class DtypeChoice:
 
 
 def choose_cpu_dtype(flags: frozenset[str] | None) -> DtypeChoice:
-    """bfloat16 on a CPU with native bf16 arithmetic, float32 on any other x86 CPU; `flags`
-    None (not an x86 CPU, or flags unreadable) leaves the dtype to vLLM."""
+    """float32 on every x86 CPU, where the model's answers are its own; `flags` None (not an x86
+    CPU, or flags unreadable) leaves the dtype to vLLM."""
     if flags is None:
         return DtypeChoice(None, "no x86 CPU flags to read; vLLM's default dtype")
     native = [flag for flag in NATIVE_BF16_FLAGS if flag in flags]
     if native:
-        return DtypeChoice("bfloat16", f"the CPU multiplies bf16 natively ({', '.join(native)})")
+        return DtypeChoice(
+            "float32",
+            f"the CPU multiplies bf16 natively ({', '.join(native)}), but bf16's rounding changes greedy "
+            "answers at near ties; set engine_kwargs.dtype: bfloat16 to trade them for speed",
+        )
     return DtypeChoice(
         "float32",
         f"the CPU has none of {', '.join(NATIVE_BF16_FLAGS)}: bf16 would be widened to fp32 "

@@ -1,9 +1,9 @@
 """The served engine answers as the model does: its greedy tokens, through the app, against
 transformers in float32 on the same weights, computed here on whatever CPU runs the test.
 
-A float32 engine must answer token for token as the reference. A bfloat16 engine (the app's
-choice where the CPU multiplies bf16 natively) may leave the reference only at a near tie,
-where the reference's own two best next tokens are closer than bf16's rounding can tell apart.
+A float32 engine (the app's choice on every CPU) must answer token for token as the reference.
+A bfloat16 engine (a pool whose engine_kwargs ask for it) may leave the reference only at a near
+tie, where the reference's own two best next tokens are closer than bf16's rounding can tell apart.
 """
 
 from __future__ import annotations

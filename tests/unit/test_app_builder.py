@@ -136,7 +136,7 @@ def test_pools_sharing_a_gpu_ask_ray_and_vllm_for_their_share():
     assert config.pools["short"].units == 0.45
 
 
-@pytest.mark.parametrize(("flags", "dtype"), [(frozenset({"avx2"}), "float32"), (frozenset({"avx2", "amx_bf16"}), "bfloat16")])
+@pytest.mark.parametrize(("flags", "dtype"), [(frozenset({"avx2"}), "float32"), (frozenset({"avx2", "amx_bf16"}), "float32")])
 def test_the_dtype_a_replica_chooses_reaches_the_engine(flags, dtype):
     config = TrilemmaConfig.from_yaml(CONFIG_DIR / "local-cpu.yaml")
     llm = llm_config_for_pool("short", config.pools["short"], config.model, "/models/smol")
