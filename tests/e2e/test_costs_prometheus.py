@@ -12,39 +12,13 @@ import pytest
 from cluster.pricing import load_catalog, pool_rates
 from core.config import CostConfig
 from serve_app.cli import main
+from tests.e2e.prometheus_reads import query, settled, wait_for
 from tests.support import METRICS_TEST_PORT, config_for_tests
 
 pytestmark = pytest.mark.e2e
 
 MODEL = "SmolLM2-135M-Instruct"
 QUESTION = [{"role": "user", "content": "Name   three   colors.\n\n\n\nBe brief."}]
-
-
-def query(prometheus: str, promql: str) -> float:
-    result = httpx.get(f"{prometheus}/api/v1/query", params={"query": promql}, timeout=10).json()
-    series = result["data"]["result"]
-    return float(series[0]["value"][1]) if series else 0.0
-
-
-def wait_for(prometheus: str, promql: str, at_least: float, timeout_s: float = 90) -> float:
-    """Ray exports every few seconds and Prometheus scrapes every 3 s: poll."""
-    deadline = time.monotonic() + timeout_s
-    while (value := query(prometheus, promql)) < at_least and time.monotonic() < deadline:
-        time.sleep(1)
-    return value
-
-
-def settled(prometheus: str, queries: tuple[str, ...], quiet_s: float = 12) -> dict[str, float]:
-    """Readings that stayed the same for `quiet_s`: earlier requests' counts may still be on
-    their way through Ray's exporter."""
-    readings = {q: query(prometheus, q) for q in queries}
-    stable_since = time.monotonic()
-    while time.monotonic() - stable_since < quiet_s:
-        time.sleep(1)
-        now = {q: query(prometheus, q) for q in queries}
-        if now != readings:
-            readings, stable_since = now, time.monotonic()
-    return readings
 
 
 @pytest.fixture

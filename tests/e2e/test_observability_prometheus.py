@@ -16,6 +16,7 @@ import yaml
 from core import wire
 from observability.panels import board, concrete
 from serve_app.cli import main
+from tests.e2e.prometheus_reads import settled, wait_for
 from tests.support import METRICS_TEST_PORT, config_for_tests
 
 pytestmark = pytest.mark.e2e
@@ -48,21 +49,35 @@ def _until_data(prometheus: str, expr: str, timeout_s: float = 120) -> list[dict
 @pytest.fixture(scope="module")
 def loaded(base_url, api_key, prometheus):
     """Streamed chat (TTFT and TPOT are measured on streams) on the short pool, a long prompt on
-    the long pool, and a batch request, twice: the second round after Prometheus has seen the
-    first, so that every series has moved within the rate window and the quantiles are numbers."""
+    the long pool, and a batch request, twice, so that every series has moved within the rate
+    window and the quantiles are numbers.
+
+    Each router process has its own series (Ray labels them with its WorkerId), and a series'
+    first sample is no increase. So the second round starts only once Prometheus holds all of
+    the first round's counts: had both rounds reached Ray's exporter (every 10 s) together, a
+    series new in this module would first appear already holding them, and its rate, and so
+    its quantiles, would stay empty."""
     client = openai.OpenAI(base_url=f"{base_url}/v1", api_key=api_key, max_retries=0, timeout=180)
     long_prompt = "Summarize: " + "the quick brown fox jumps over the lazy dog. " * 150
     requests = [("Name a colour.", "chat")] * 4 + [(long_prompt, "chat"), ("Say hi.", "batch")]
     pools = config_for_tests().pools
+    counts = {(histogram, pool): f'sum({histogram}_count{{pool="{pool}"}})'
+              for histogram in (wire.TTFT_SECONDS, wire.TPOT_SECONDS) for pool in pools}
+    expected = settled(prometheus, tuple(counts.values()))
     for _ in range(2):
         for prompt, scenario in requests:
-            stream = client.chat.completions.create(
+            raw = client.chat.completions.with_raw_response.create(
                 model=MODEL, messages=[{"role": "user", "content": prompt}], max_tokens=8, stream=True,
-                extra_headers={wire.SCENARIO_HEADER: scenario})
-            assert "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
-        for pool in pools:
-            assert _until_data(prometheus, f'{wire.TTFT_SECONDS}_count{{pool="{pool}"}}'), f"no TTFT of pool {pool}"
-            assert _until_data(prometheus, f'{wire.TPOT_SECONDS}_count{{pool="{pool}"}}'), f"no TPOT of pool {pool}"
+                stream_options={"include_usage": True}, extra_headers={wire.SCENARIO_HEADER: scenario})
+            chunks = list(raw.parse())
+            assert "".join(chunk.choices[0].delta.content or "" for chunk in chunks if chunk.choices)
+            pool = raw.headers[wire.POOL_HEADER]
+            expected[counts[wire.TTFT_SECONDS, pool]] += 1
+            if chunks[-1].usage.completion_tokens > 1:   # a cadence needs a second token
+                expected[counts[wire.TPOT_SECONDS, pool]] += 1
+        for (histogram, pool), count in counts.items():
+            got = wait_for(prometheus, count, expected[count], timeout_s=120)
+            assert got >= expected[count], f"{histogram} of pool {pool}: {got} of {expected[count]} requests"
     for pool in pools:
         p99 = f'pool_scenario:trilemma_ttft_seconds:p99_5m{{pool="{pool}"}} >= 0'  # NaN (nothing moved) is not
         assert _until_data(prometheus, p99), f"no TTFT p99 of pool {pool}"
