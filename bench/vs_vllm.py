@@ -59,7 +59,7 @@ def pool_engine(config: TrilemmaConfig, pool: str, model_source: str) -> tuple[d
     engine_kwargs = dict(llm_config.engine_kwargs)
     if config.pools[pool].is_cpu:
         engine_kwargs, _ = with_cpu_dtype(engine_kwargs, read_cpu_flags())
-    return engine_kwargs, dict(config.pools[pool].env)
+    return engine_kwargs, dict((llm_config.runtime_env or {}).get("env_vars", {}))
 
 
 def wait_for_models(url: str, timeout_s: float, process: subprocess.Popen | None = None) -> float:

@@ -15,6 +15,7 @@ from core.int8_checkpoint import VLLM_METHOD, W8A8_INT8, prepare_w8a8_int8
 from core.model_store import default_cache_dir
 from core.price_catalog import ReplicaRate
 from deployments.pool import PoolServer
+from serving.cpu_engine import CPU_ENGINE_ENV
 from serving.engine_ports import DP_MASTER_PORT_ENV, dp_master_port
 
 
@@ -58,6 +59,7 @@ def llm_config_for_pool(
     env = dict(pool.env)
     env.setdefault(DP_MASTER_PORT_ENV, str(dp_master_port(pool_slot)))
     if pool.is_cpu:
+        env = {**CPU_ENGINE_ENV, **env}
         placement = {
             "accelerator_config": {"kind": "cpu"},
             "placement_group_config": {"bundles": [dict(pool.resources)]},

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import faulthandler
 import logging
 import os
 import signal
@@ -22,6 +23,9 @@ from serving.engine_processes import orphaned_engines, orphaned_haproxies
 logger = logging.getLogger(__name__)
 # Beyond the longest drain: Serve's own stop of the emptied replicas.
 DRAIN_MARGIN_S = 15.0
+# Ending the Ray session after the drain takes seconds; a stop still running this long after
+# the drain's bound has hung, and the process ends without it.
+SHUTDOWN_BOUND_S = 60.0
 
 
 def ensure_ray(config: TrilemmaConfig) -> None:
@@ -81,8 +85,9 @@ def deploy_unless_stopped(
     except KeyboardInterrupt:
         logger.warning("stopped while %s was starting: removing it", config.app_name)
         if ray.is_initialized():
-            undeploy(config)
-            shutdown_local_ray()
+            with ends_within(stop_bound_s(config), "removing the app that was starting"):
+                drain(config)
+                shutdown_local_ray()
         return None
 
 
@@ -120,15 +125,50 @@ def serve_until_stopped(config: TrilemmaConfig, stop: threading.Event | None = N
         pass
     finally:
         signal.signal(signal.SIGTERM, previous)
-    drain(config)
-    shutdown_local_ray()
+    with ends_within(stop_bound_s(config), "stopping"):
+        drain(config)
+        shutdown_local_ray()
+
+
+def drain_bound_s(config: TrilemmaConfig) -> float:
+    """The longest drain timeout of the app's deployments."""
+    return max([config.router.drain_timeout_s, *(p.drain_timeout_s for p in config.pools.values())])
+
+
+def stop_bound_s(config: TrilemmaConfig) -> float:
+    """How long a stop may take, drain and the Ray session's end together."""
+    return drain_bound_s(config) + DRAIN_MARGIN_S + SHUTDOWN_BOUND_S
+
+
+@contextmanager
+def ends_within(seconds: float, what: str) -> Iterator[None]:
+    """Past `seconds` in the block, the process ends: every thread's stack goes to stderr (what
+    the stop waited for), this session's engines are killed, and the exit status is 1.
+
+    A stop must end the process: `docker stop` and Kubernetes would kill it later anyway, but
+    `trilemma serve` under a shell or a benchmark would hang, holding the port and the engines'
+    memory. One stop in five on a 2-core machine once did not end within 180 s of SIGTERM.
+    """
+    def give_up() -> None:
+        logger.error("%s took over %.0f s: ending the process; every thread's stack follows", what, seconds)
+        faulthandler.dump_traceback(all_threads=True)
+        reap_orphaned_engines()
+        os._exit(1)
+
+    timer = threading.Timer(seconds, give_up)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
 
 
 def drain(config: TrilemmaConfig) -> bool:
     """Stops taking requests and lets those in flight finish: Serve removes the app's routes at
     once, and each replica stops when its requests are done or its drain timeout has passed.
     True when the app was gone within the longest drain timeout (plus a margin)."""
-    bound = max([config.router.drain_timeout_s, *(p.drain_timeout_s for p in config.pools.values())])
+    bound = drain_bound_s(config)
     logger.info("draining %s: requests in flight may take up to %.0f s", config.app_name, bound)
     deleting = threading.Thread(
         target=serve.delete, args=(config.app_name,), kwargs={"_blocking": True}, daemon=True

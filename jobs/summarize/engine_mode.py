@@ -24,7 +24,7 @@ from jobs.summarize.inputs import Document
 from jobs.summarize.mapreduce import Completion, Outcome, Partial
 from jobs.summarize.prompts import Prompts
 from jobs.summarize.stages import RESULT_COLUMNS, ChunkStage
-from serving.cpu_engine import read_cpu_flags, with_cpu_dtype
+from serving.cpu_engine import CPU_ENGINE_ENV, read_cpu_flags, with_cpu_dtype
 
 logger = logging.getLogger(__name__)
 ERROR_COLUMN = "__inference_error__"  # set by ray.data.llm on a row the engine failed
@@ -44,16 +44,18 @@ def processor_config(config: SummarizeConfig, model_source: str):
         "max_model_len": config.chunking.context_tokens, "max_num_seqs": engine.max_num_seqs,
         **engine.engine_kwargs,
     }
+    env = dict(engine.env)
     if engine.accelerator == "cpu":
         # The job's engines run on this machine's CPU, as the app's CPU pools do theirs.
         engine_kwargs, choice = with_cpu_dtype(engine_kwargs, read_cpu_flags())
         logger.info("engine dtype %s: %s", choice.dtype or "auto", choice.reason)
+        env = {**CPU_ENGINE_ENV, **env}
     options: dict[str, Any] = {
         "model_source": model_source,
         "engine_kwargs": engine_kwargs,
         "concurrency": engine.replicas,
         "batch_size": engine.batch_size,
-        "runtime_env": {"env_vars": dict(engine.env)} if engine.env else None,
+        "runtime_env": {"env_vars": env} if env else None,
         "chat_template_stage": stage, "tokenize_stage": stage, "detokenize_stage": stage,
         # A row the engine fails comes back marked, not as an exception that ends the pass.
         "should_continue_on_error": True,

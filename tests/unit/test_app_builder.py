@@ -20,6 +20,18 @@ def test_cpu_pool_is_one_cpu_bundle_with_its_own_core():
     assert llm.deployment_config["ray_actor_options"] == {"num_cpus": 0}
 
 
+def test_cpu_engines_compile_without_the_aot_cache_that_never_loads_unless_the_pool_says():
+    config = TrilemmaConfig.from_yaml(CONFIG_DIR / "local-cpu.yaml")
+    env = llm_config_for_pool("short", config.pools["short"], config.model, "/m").runtime_env["env_vars"]
+    assert env["VLLM_USE_AOT_COMPILE"] == "0"
+    pinned = config.with_overrides({"pools.short.env.VLLM_USE_AOT_COMPILE": "1"})
+    env = llm_config_for_pool("short", pinned.pools["short"], pinned.model, "/m").runtime_env["env_vars"]
+    assert env["VLLM_USE_AOT_COMPILE"] == "1"
+    gpu = TrilemmaConfig.from_yaml(CONFIG_DIR / "gpu.yaml")
+    env = llm_config_for_pool("long", gpu.pools["long"], gpu.model, "/m").runtime_env["env_vars"]
+    assert "VLLM_USE_AOT_COMPILE" not in env
+
+
 def test_gpu_pool_names_its_accelerator():
     config = TrilemmaConfig.from_yaml(CONFIG_DIR / "gpu.yaml")
     llm = llm_config_for_pool("long", config.pools["long"], config.model, config.model.source)

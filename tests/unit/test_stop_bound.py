@@ -1,0 +1,46 @@
+"""A stop that hangs still ends `trilemma serve`: past its bound the process prints every
+thread's stack and exits with 1; a stop within its bound leaves the process alone."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+from serve_app.launcher import DRAIN_MARGIN_S, SHUTDOWN_BOUND_S, stop_bound_s
+from tests.support import config_for_tests
+
+HANGING = """
+import time
+from serve_app.launcher import ends_within
+with ends_within({bound}, "stopping"):
+    time.sleep({sleep})
+print("stopped", flush=True)
+"""
+
+
+def _run(bound: float, sleep: float) -> tuple[subprocess.CompletedProcess, float]:
+    started = time.monotonic()
+    # A session of its own: the bound's reaper kills orphaned engines of its session only.
+    done = subprocess.run([sys.executable, "-c", HANGING.format(bound=bound, sleep=sleep)], capture_output=True,
+                          text=True, timeout=60, start_new_session=True)
+    return done, time.monotonic() - started
+
+
+def test_a_hanging_stop_ends_the_process_with_1_and_says_where_it_waited():
+    done, took_s = _run(bound=1, sleep=30)
+    assert done.returncode == 1 and took_s < 25, (done.returncode, took_s)
+    assert "stopping took over 1 s: ending the process" in done.stderr
+    assert "time.sleep" in done.stderr or "<string>" in done.stderr   # the main thread's stack
+    assert "stopped" not in done.stdout.splitlines()
+
+
+def test_a_stop_within_its_bound_goes_on():
+    done, _ = _run(bound=5, sleep=0.2)
+    assert done.returncode == 0 and done.stdout.splitlines()[-1] == "stopped", done.stderr
+
+
+def test_the_bound_covers_the_longest_drain_and_the_sessions_end():
+    config = config_for_tests()
+    longest = max([config.router.drain_timeout_s, *(p.drain_timeout_s for p in config.pools.values())])
+    assert stop_bound_s(config) == longest + DRAIN_MARGIN_S + SHUTDOWN_BOUND_S
