@@ -26,9 +26,10 @@ engine_kwargs name `dtype: bfloat16`, which buys speed at the price of the model
 **Compile cache.** vLLM saves the compiled model ("AOT compile") and loads it on the next start,
 but on the CPU backend its load fails every time ("'function' object has no attribute
 'finalize_loading'"), so every start traced and compiled the model again: 34 s of a warm
-engine's 41 s warm-up on a 2-core EPYC. Without AOT compile vLLM's older cache loads, and the
-same warm engine served after 35 s instead of 63 s. So CPU engines run with it off, unless the
-pool's `env` sets it.
+engine's 41 s warm-up on a 2-core EPYC. Without AOT compile vLLM's older cache loads: the warm
+engines alone served after 35 to 37 s instead of 65 to 85 s, and the app after 81 s instead of
+132 s (`bench/results/start-cpu.md`, `start-cpu-aot-on.md`). So CPU engines run with it off,
+unless the pool's `env` sets it.
 """
 
 from __future__ import annotations
