@@ -34,13 +34,16 @@ from bench.result_files import write_json
 from bench.vs_vllm import plain_vllm, pool_engine, vllm_serve_argv
 from core.config import ConfigError, TrilemmaConfig
 from core.model_store import resolve_model_source
+from serve_app.launcher import stop_bound_s
 from serving.engine_processes import engine_processes
 
 READY_RATIO_TARGET = 1.25
 # A start is read from `trilemma serve`'s console: Ray prefixes each process's lines with its name.
 _ENGINE_ERROR = re.compile(r"\((EngineCore\w*) pid=(\d+)\)[^\n]*\bERROR\b")
 _PHASES = re.compile(r"Pool \S+: replica serving [^\n]*")
-STOP_WAIT_S = 180.0
+# Beyond the app's own bound on its stop, which ends a hung stop with every thread's stack:
+# the process is killed only if even that did not end it.
+STOP_MARGIN_S = 30.0
 POLL_S = 1.0
 
 
@@ -80,9 +83,9 @@ def serve_argv(config_path: Path, overrides: list[str]) -> list[str]:
     return argv
 
 
-def start_app_once(argv: list[str], url: str, log: Path, timeout_s: float) -> AppStart:
-    """`trilemma serve` until every pool serves, then SIGTERM and its exit. The console up to
-    the moment it served is what the start is read from."""
+def start_app_once(argv: list[str], url: str, log: Path, timeout_s: float, stop_wait_s: float) -> AppStart:
+    """`trilemma serve` until every pool serves, then SIGTERM and its exit, killed past
+    `stop_wait_s`. The console up to the moment it served is what the start is read from."""
     with open(log, "w") as out:
         started = time.monotonic()
         process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -98,12 +101,12 @@ def start_app_once(argv: list[str], url: str, log: Path, timeout_s: float) -> Ap
         if process.poll() is None:
             process.send_signal(signal.SIGTERM)
         try:
-            result.exit_code = process.wait(STOP_WAIT_S)
+            result.exit_code = process.wait(stop_wait_s)
             result.stopped_s = time.monotonic() - stopping
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             result.exit_code = process.wait()
-            result.error = "; ".join(filter(None, [result.error, f"did not exit within {STOP_WAIT_S:.0f} s of SIGTERM"]))
+            result.error = "; ".join(filter(None, [result.error, f"did not exit within {stop_wait_s:.0f} s of SIGTERM"]))
     _wait_for_engines_to_end()
     return result
 
@@ -199,7 +202,8 @@ def bench_start(args: argparse.Namespace) -> int:
         for index in range(args.starts):
             print(f"start: the app, start {index + 1} of {args.starts} ...", flush=True)
             log = Path(workdir) / f"serve-{index + 1}.log"
-            starts.append(start_app_once(serve_argv(args.config, args.set), url, log, args.ready_timeout_s))
+            starts.append(start_app_once(serve_argv(args.config, args.set), url, log, args.ready_timeout_s,
+                                         stop_bound_s(config) + STOP_MARGIN_S))
             print(f"start {index + 1}: {starts[-1]}", flush=True)
             if starts[-1].error:  # kept beside the results: what the start or the drain waited for
                 Path(args.out).mkdir(parents=True, exist_ok=True)

@@ -45,9 +45,9 @@ NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 CPUINFO = Path("/proc/cpuinfo")
 
 
-# Off on CPU engines (see "Compile cache" above): vLLM's own switch, "1" or "0".
-AOT_COMPILE_ENV = "VLLM_USE_AOT_COMPILE"
-CPU_ENGINE_ENV = {AOT_COMPILE_ENV: "0"}
+# What every CPU engine's environment holds unless its pool's `env` says otherwise: AOT compile
+# off (see "Compile cache" above).
+CPU_ENGINE_ENV = {"VLLM_USE_AOT_COMPILE": "0"}
 
 
 @dataclass(frozen=True)
