@@ -65,12 +65,17 @@ def draw_front(axis: Any, placed: list[tuple[float, float]], **style: Any) -> No
 
 def label_points(axis: Any, labels: list[str], xs: list[float], ys: list[float]) -> None:
     """Labels staggered up and down so that points close together keep readable labels, and
-    right-aligned in the right half so that none runs off the panel."""
+    right-aligned in the right half so that none runs off the panel. The stagger follows the
+    points' order by height within each half: points of one height side by side (the same
+    perplexity at several prices) get labels on lines of their own."""
     middle = (min(xs) + max(xs)) / 2 if xs else 0
-    for index, (label, x, y) in enumerate(zip(labels, xs, ys)):
-        right = x > middle
-        axis.annotate(label, (x, y), fontsize=7, textcoords="offset points", ha="right" if right else "left",
-                      xytext=(-6 if right else 6, 4 - 11 * (index % 3)))
+    halves = {False: [], True: []}
+    for index, x in enumerate(xs):
+        halves[x > middle].append(index)
+    for right, indices in halves.items():
+        for rank, index in enumerate(sorted(indices, key=lambda i: (ys[i], xs[i]))):
+            axis.annotate(labels[index], (xs[index], ys[index]), fontsize=7, textcoords="offset points",
+                          ha="right" if right else "left", xytext=(-6 if right else 6, 4 - 11 * (rank % 4)))
 
 
 def cost_vs_p99(points: list[tuple[str, dict[str, Any]]], path: Path) -> Path:
