@@ -9,6 +9,7 @@ from core.errors import ApiError, install_error_handlers
 from core.upstream import ModelCard, ModelList, OpenAIHTTPException, make_fastapi_ingress, new_ingress_app
 from deployments.body_limit import BodyLimit
 from deployments.router import TrilemmaRouter
+from deployments.unhandled_errors import without_buffering_error_layer
 
 # Router method -> route. The OpenAI paths, plus one family per scenario, so that
 # `OpenAI(base_url=".../api/batch")` works as well as a plain POST to /api/batch.
@@ -26,9 +27,15 @@ ROUTER_ENDPOINTS = {
 
 
 def router_ingress_class(max_body_bytes: int) -> type:
-    """TrilemmaRouter as a Serve ingress on a FastAPI app with OpenAI-style errors, refusing
-    bodies over `max_body_bytes` before parsing them."""
+    """TrilemmaRouter as a Serve ingress on the router's FastAPI app (`router_app`)."""
+    return make_fastapi_ingress(TrilemmaRouter, endpoint_map=ROUTER_ENDPOINTS, app=router_app(max_body_bytes))
+
+
+def router_app(max_body_bytes: int) -> FastAPI:
+    """Ray Serve LLM's ingress app with OpenAI-style errors, streams passed on as they come, and
+    bodies over `max_body_bytes` refused before they are parsed."""
     app: FastAPI = new_ingress_app()
+    app.user_middleware[:] = without_buffering_error_layer(app.user_middleware)
     install_error_handlers(app)
 
     @app.exception_handler(OpenAIHTTPException)
@@ -36,4 +43,4 @@ def router_ingress_class(max_body_bytes: int) -> type:
         return ApiError(error.status_code, error.message, code=error.type).to_response()
 
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
-    return make_fastapi_ingress(TrilemmaRouter, endpoint_map=ROUTER_ENDPOINTS, app=app)
+    return app

@@ -12,9 +12,8 @@ import asyncio
 import logging
 from dataclasses import dataclass
 
-from ray import serve
-
 from autoscaling.control_board import ControlBoard, replica_start_key
+from core.upstream import serve_replica_states
 from serving.pool_health import PoolHealth
 
 logger = logging.getLogger(__name__)
@@ -36,12 +35,10 @@ class PoolReading:
     start_s: float | None
 
 
-def count_replicas(replica_states: dict) -> tuple[int, int]:
-    """(running, starting) from a deployment's replica counts by state."""
-    def count(states: frozenset[str]) -> int:
-        return sum(n for state, n in replica_states.items() if str(getattr(state, "value", state)) in states)
-
-    return count(RUNNING_STATES), count(STARTING_STATES)
+def count_replicas(replica_states: list[str]) -> tuple[int, int]:
+    """(running, starting) from the states of a deployment's replicas."""
+    return (sum(state in RUNNING_STATES for state in replica_states),
+            sum(state in STARTING_STATES for state in replica_states))
 
 
 class PoolWatch:
@@ -78,14 +75,13 @@ class PoolWatch:
             await asyncio.sleep(self._interval_s)
 
     def read(self) -> dict[str, PoolReading]:
-        """One reading of every pool (blocking: Serve's status is a call to its controller)."""
-        app = serve.status().applications.get(self._app_name)
+        """One reading of every pool (blocking: a call to Serve's controller)."""
+        states = serve_replica_states(self._app_name)
         readings = {}
         for pool, deployment in self._deployments.items():
-            status = app.deployments.get(deployment) if app else None
-            if status is None:
+            if deployment not in states:
                 continue  # not deployed yet, or being deleted: nothing to learn
-            running, starting = count_replicas(status.replica_states)
+            running, starting = count_replicas(states[deployment])
             started = self._board.get(replica_start_key(self._app_name, pool)) or {}
             readings[pool] = PoolReading(running, starting, started.get("start_s"))
         return readings

@@ -93,7 +93,10 @@ class TrilemmaRouter(OpenAiIngress):
             if config.autoscaling.enabled else None
         self._health = PoolHealth(pools)
         self._pool_chooser = PoolChooser(config, policy, self._health)
-        self._pool_client = PoolClient(pools, self._health, config.router.request_timeout_s)
+        self._pool_client = PoolClient(
+            pools, self._health, config.router.request_timeout_s,
+            by_reference=not config.transport.throughput_optimized,
+        )
         self._pool_watch = PoolWatch(
             config.app_name, {name: deployment_name(name) for name in pools}, self._health, RayControlBoard()
         )

@@ -137,7 +137,7 @@ class FakeEngine(LLMEngine):
                     id=request_id, created=created, model=model,
                     choices=[CompletionResponseStreamChoice(index=0, text=word + " ", finish_reason=finish)],
                 )
-            yield f"data: {chunk.model_dump_json()}\n\n"
+            yield f"data: {chunk.model_dump_json(exclude_unset=True)}\n\n"  # as vLLM: no "usage": null
         if request.stream_options and request.stream_options.include_usage:
             response_cls = ChatCompletionStreamResponse if chat else CompletionStreamResponse
             final = response_cls(id=request_id, created=created, model=model, choices=[], usage=usage)

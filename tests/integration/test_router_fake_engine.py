@@ -152,3 +152,21 @@ def test_engine_failure_mid_stream_ends_with_an_error_event(client):
     assert error["message"] == "llm request failed: fake engine crashed mid-stream"
     assert events[-1] == "data: [DONE]"
     assert_healthy(client)
+
+
+def test_the_routers_pool_watch_reads_the_replicas_serve_reports(client):
+    from ray import serve
+
+    from core.upstream import serve_replica_states
+    from deployments.pool_watch import count_replicas
+    from tests.support import config_for_tests
+
+    app_name = config_for_tests().app_name
+    states = serve_replica_states(app_name)
+    deployments = serve.status().applications[app_name].deployments
+    assert set(states) == set(deployments) >= {"pool-short", "pool-long", "router"}
+    for name, status in deployments.items():
+        by_state = {str(getattr(state, "value", state)): n for state, n in status.replica_states.items()}
+        assert sorted(states[name]) == sorted(state for state, n in by_state.items() for _ in range(n))
+    assert count_replicas(states["pool-short"]) == (1, 0)
+    assert serve_replica_states("no-such-app") == {}
