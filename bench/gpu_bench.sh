@@ -87,12 +87,16 @@ time_args=(--config "$config" --set "model.source=$models/llama-8b-shape"
   --set pools.long.sleep_when_idle.after_s=20 --set pools.long.quantization=fp8
   --set pools.long.max_num_seqs=128)
 
+# Stamps each line of its input with the seconds since it began: a start's timeline, phase by phase.
+export STAMP='import sys, time; t0 = time.monotonic(); [print(f"{time.monotonic() - t0:7.1f} {l}", end="", flush=True) for l in sys.stdin]'
+
 app_start() {
-  # The app in a session of its own, so that it outlives this command for app-vs-vllm; its
-  # log holds each replica's start, phase by phase. Appends the ready time and the failed
-  # engine starts of this start to $out/start-8b.txt.
+  # The app in a session of its own (with the stamping of its console), so that it outlives
+  # this command for app-vs-vllm; its log holds each replica's start, phase by phase, every line
+  # stamped. Appends the ready time and the failed engine starts of this start to $out/start-8b.txt.
   local log=${SERVE_LOG:-$out/serve-8b.log} started=$SECONDS
-  setsid python3 -m serve_app.cli serve "${time_args[@]}" >"$log" 2>&1 < /dev/null &
+  setsid bash -c 'python3 -m serve_app.cli serve "$@" 2>&1 < /dev/null | python3 -c "$STAMP"' serve \
+    "${time_args[@]}" >"$log" 2>&1 < /dev/null &
   python3 -c "from bench.app_ready import wait_until_serving; wait_until_serving('http://127.0.0.1:8000', 600)"
   # Every engine that failed to start counts (bench start's reading of the console), the port
   # collisions among them apart.

@@ -125,12 +125,12 @@ def _prepare_model(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    started = time.monotonic()
     from serve_app.launcher import deploy_unless_stopped, serve_until_stopped
 
     config = TrilemmaConfig.from_yaml(args.config).with_overrides(parse_overrides(args.set), source="--set")
     if args.port:
         config = config.model_copy(update={"http": config.http.model_copy(update={"port": args.port})})
-    started = time.monotonic()
     for spec in config.models.values():
         print(f"model {spec.name} ready in {time.monotonic() - started:.0f} s: "
               f"{resolve_model_source(spec.source)}", flush=True)
