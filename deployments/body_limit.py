@@ -3,14 +3,10 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Awaitable, Callable
+from typing import Callable
 
 from core.errors import error_body
-
-Scope = dict[str, Any]
-Message = dict[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
+from deployments.asgi import Message, Receive, Scope, Send, TrackedSend
 
 
 class BodyTooLarge(Exception):
@@ -34,7 +30,6 @@ class BodyLimit:
             await self._refuse(send, f"{int(declared)} bytes declared")
             return
         received = 0
-        started = False
 
         async def counting_receive() -> Message:
             nonlocal received
@@ -45,15 +40,11 @@ class BodyLimit:
                     raise BodyTooLarge
             return message
 
-        async def tracking_send(message: Message) -> None:
-            nonlocal started
-            started = True
-            await send(message)
-
+        tracked = TrackedSend(send)
         try:
-            await self._app(scope, counting_receive, tracking_send)
+            await self._app(scope, counting_receive, tracked)
         except BodyTooLarge:
-            if not started:
+            if not tracked.started:
                 await self._refuse(send, f"more than {self._max_bytes} bytes sent")
 
     async def _refuse(self, send: Send, seen: str) -> None:

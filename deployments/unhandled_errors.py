@@ -9,19 +9,14 @@ the answer has begun and passes each message straight on.
 
 from __future__ import annotations
 
-import asyncio
-from typing import Any, Awaitable, Callable
+from typing import Callable
 
 from starlette.middleware import Middleware
 from starlette.middleware.base import BaseHTTPMiddleware
 from starlette.responses import JSONResponse
 
 from core.upstream import response_for_error
-
-Scope = dict[str, Any]
-Message = dict[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
+from deployments.asgi import Receive, Scope, Send, TrackedSend
 
 
 class UnhandledErrors:
@@ -36,19 +31,11 @@ class UnhandledErrors:
         if scope["type"] != "http":
             await self._app(scope, receive, send)
             return
-        started = False
-
-        async def tracking_send(message: Message) -> None:
-            nonlocal started
-            started = True
-            await send(message)
-
+        tracked = TrackedSend(send)
         try:
-            await self._app(scope, receive, tracking_send)
-        except asyncio.CancelledError:
-            raise
-        except Exception as error:
-            if started:
+            await self._app(scope, receive, tracked)
+        except Exception as error:  # a cancelled request (BaseException) goes on up as it is
+            if tracked.started:
                 raise
             request_id = (scope.get("state") or {}).get("request_id")
             body = response_for_error(error, request_id)
