@@ -26,8 +26,8 @@ from __future__ import annotations
 import os
 import resource
 
+from core import upstream
 from core.config import ConfigError, TransportConfig
-from core.upstream import haproxy_binary
 
 # Descriptors HAProxy needs beyond two per connection: listeners, its stats and admin sockets.
 HAPROXY_SPARE_FDS = 64
@@ -68,7 +68,7 @@ def check_ingress(transport: TransportConfig) -> None:
     if transport.ingress != "haproxy":
         return
     try:
-        haproxy_binary()
+        upstream.haproxy_binary()  # Ray Serve's own lookup, loaded only here
     except FileNotFoundError as error:
         raise ConfigError(
             f"transport.ingress is haproxy, but this machine has no HAProxy binary ({error}): install "

