@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 
 import httpx
 import openai
@@ -149,15 +150,17 @@ def test_the_first_tokens_time_has_a_name_for_every_hop(base_url, api_key, tmp_p
     from serve_app.cli import main
     from serving.request_timeline import HOPS
 
-    assert main(["bench", "hops", "--url", base_url, "--concurrency", "1", "--num-prompts", "3",
+    assert main(["bench", "hops", "--url", base_url, "--concurrency", "1", "--num-prompts", "5",
                  "--max-tokens", "16", "--warmup", "1", "--out", str(tmp_path), "--name", "hops", "--no-progress",
                  "--api-key", api_key]) == 0
     (point,) = json.loads((tmp_path / "hops.json").read_text())["points"]
-    assert point["summary"]["timed"] == 3
+    assert point["summary"]["timed"] == 5
     for record in point["records"]:
         assert list(record["hops_ms"]) == [hop for hop, _, _ in HOPS]  # every stamp came back
         assert all(ms > -1.0 for ms in record["hops_ms"].values())  # one host, one clock
         assert max(record["hops_ms"], key=record["hops_ms"].get) == "engine"
-        # Ray's own batcher held the first token for its whole 50 ms window.
-        assert record["hops_ms"]["stream batching"] < 20.0
+    # Ray's own batcher holds every first token for its whole 50 ms window. The median, not
+    # each request: on 2 cores the engine's own processes take most of both, and a replica
+    # that waits a few tens of ms for a core now and then is not a batch window.
+    assert statistics.median(r["hops_ms"]["stream batching"] for r in point["records"]) < 20.0
     assert point["summary"]["tokens_per_burst"] < 1.5
