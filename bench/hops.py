@@ -6,7 +6,9 @@ send time and the first token's arrival, the time to first token splits into nam
 (serving.request_timeline.HOPS): the proxy, the router, the call to the pool replica, its
 admission queue, the engine, the replica's stream batching, the way back. The hops of one
 request add up to its time to first token, so nothing is left unnamed. Beside them: the
-gaps between the events the client receives, and how many tokens arrive in one burst.
+gaps between the events the client receives, between the items the router got from the replica
+and between the engine's outputs as the replica got them (what of a long gap the engine made,
+what the way to the router added, and what came after), and how many tokens arrive in one burst.
 """
 
 from __future__ import annotations
@@ -43,6 +45,8 @@ def hop_summary(records: list[RequestRecord]) -> dict[str, Any]:
         hops[hop] = _stats(values)
     ttft = [r.ttft_s * 1000 for r in timed if r.ttft_s is not None]
     gaps = [gap * 1000 for r in records if r.ok for gap in r.itl_s]
+    engine_gaps = [gap * 1000 for r in records if r.ok for gap in r.engine_gaps_s]
+    router_gaps = [gap * 1000 for r in records if r.ok for gap in r.router_gaps_s]
     bursts = [(1 + sum(gap > BURST_GAP_S for gap in r.itl_s), r.completion_tokens)
               for r in records if r.ok and r.ttft_s is not None]
     return {
@@ -52,6 +56,8 @@ def hop_summary(records: list[RequestRecord]) -> dict[str, Any]:
         "ttft_ms": _stats(ttft),
         "sum_of_hop_medians_ms": sum(stats["p50"] for stats in hops.values()) if timed else None,
         "chunk_gap_ms": _stats(gaps),
+        "router_item_gap_ms": _stats(router_gaps),
+        "engine_output_gap_ms": _stats(engine_gaps),
         "tokens_per_burst": statistics.fmean(tokens / count for count, tokens in bursts) if bursts else None,
     }
 
@@ -69,7 +75,9 @@ async def measure(
     """`num_prompts` random prompts (at least two waves of `concurrency`) at `concurrency` in
     flight, each generating `max_tokens`."""
     num_prompts = max(num_prompts, 2 * concurrency)
-    prompts = [replace(p, extra={"ignore_eos": True})
+    # Greedy: a sampled answer may draw tokens without text (a skipped special token), which the
+    # client never sees as a chunk, so its gap spans several steps that the engine's gaps split.
+    prompts = [replace(p, extra={"ignore_eos": True, "temperature": 0.0})
                for p in random_dataset(warmup + num_prompts, min_words=32, max_words=256,
                                        max_tokens=max_tokens, seed=seed + concurrency)]
     if warmup:
@@ -96,6 +104,10 @@ def markdown(result: dict[str, Any]) -> str:
     lines.append("| **time to first token** | "
                  + " | ".join(f"**{cell(p['summary']['ttft_ms'])}**" for p in points) + " |")
     lines.append("| gap between chunks | " + " | ".join(cell(p["summary"]["chunk_gap_ms"]) for p in points) + " |")
+    lines.append("| gap between items at the router | " + " | ".join(
+        cell(p["summary"]["router_item_gap_ms"]) for p in points) + " |")
+    lines.append("| gap between engine outputs at the replica | " + " | ".join(
+        cell(p["summary"]["engine_output_gap_ms"]) for p in points) + " |")
     lines.append("| tokens per burst (mean) | " + " | ".join(
         "-" if p["summary"]["tokens_per_burst"] is None else f"{p['summary']['tokens_per_burst']:.2f}"
         for p in points) + " |")
@@ -134,7 +146,8 @@ def bench_hops(args: argparse.Namespace) -> int:
                                       progress=not args.no_progress))
         # Each request's hops and TTFT; its gaps between chunks only in the summary (they are many).
         points.append({"concurrency": concurrency, "summary": hop_summary(records),
-                       "records": [{key: value for key, value in r.to_dict().items() if key != "itl_s"}
+                       "records": [{key: value for key, value in r.to_dict().items()
+                                    if key not in ("itl_s", "engine_gaps_s", "router_gaps_s")}
                                    for r in records]})
     name = args.name or "hops"
     result = {"name": name, "command": command_line(args), "url": args.url, "machine": machine.describe(),

@@ -17,7 +17,9 @@ from bench.arrivals import LoadShape, poisson_arrival_times
 from bench.datasets import Prompt
 from bench.metrics import RequestRecord
 from core import wire
-from serving.request_timeline import CLIENT_FIRST_TOKEN, CLIENT_SENT, TIMING_KEY, hops_ms
+from serving.request_timeline import (
+    CLIENT_FIRST_TOKEN, CLIENT_SENT, ENGINE_OUTPUTS, ROUTER_ITEMS, TIMING_KEY, hops_ms, item_gaps_s,
+)
 
 
 async def send_one(
@@ -83,6 +85,8 @@ async def _read_stream(
             record.cost_usd = cost.get("total") if isinstance(cost, dict) else cost
         if stamps is not None and TIMING_KEY in chunk:
             record.hops_ms = hops_ms({**chunk[TIMING_KEY], **stamps})
+            record.engine_gaps_s = item_gaps_s(chunk[TIMING_KEY], ENGINE_OUTPUTS)
+            record.router_gaps_s = item_gaps_s(chunk[TIMING_KEY], ROUTER_ITEMS)
 
 
 async def run_load(

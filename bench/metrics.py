@@ -24,6 +24,10 @@ class RequestRecord:
     error: str | None = None
     # Milliseconds of the first token's hops through the app, when they were asked for.
     hops_ms: dict[str, float] | None = None
+    # With them, the gaps between the items of the engine's stream as the pool replica got them,
+    # and between the replica's items as the router got them.
+    engine_gaps_s: list[float] = field(default_factory=list)
+    router_gaps_s: list[float] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:

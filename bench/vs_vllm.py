@@ -91,15 +91,21 @@ def plain_vllm(argv: list[str], env: dict[str, str], url: str, log: Path, timeou
 
 
 def bench_serve(url: str, model: str, tokenizer: str, *, concurrency: int, num_prompts: int, input_len: int,
-                output_len: int, seed: int, workdir: Path, api_key: str | None = None) -> dict[str, Any]:
-    """One `vllm bench serve` run; its detailed result. vLLM's client sends `OPENAI_API_KEY`."""
+                output_len: int, seed: int, workdir: Path, api_key: str | None = None,
+                temperature: float = 0.0) -> dict[str, Any]:
+    """One `vllm bench serve` run; its detailed result. vLLM's client sends `OPENAI_API_KEY`.
+    The client times only the chunks that carry text; a token without any (a special token the
+    detokenizer skips, part of a character) stretches a gap over several steps. At `temperature`
+    0 both arms generate the same tokens for the same prompts, so their gaps compare; sampled,
+    each arm draws its own text and its own stretched gaps."""
     name = f"run-{time.monotonic_ns()}.json"
     argv = [sys.executable, "-m", "bench.vllm_cli", "bench", "serve", "--backend", "openai-chat",
             "--base-url", url, "--endpoint", "/v1/chat/completions", "--model", model, "--tokenizer", tokenizer,
             "--dataset-name", "random", "--random-input-len", str(input_len), "--random-output-len",
             str(output_len), "--ignore-eos", "--max-concurrency", str(concurrency), "--num-prompts",
             str(num_prompts), "--seed", str(seed), "--percentile-metrics", "ttft,tpot,itl,e2el",
-            "--metric-percentiles", "50,99", "--save-result", "--save-detailed", "--result-dir", str(workdir),
+            "--metric-percentiles", "50,99", "--temperature", str(temperature),
+            "--save-result", "--save-detailed", "--result-dir", str(workdir),
             "--result-filename", name, "--disable-tqdm"]
     env = {**os.environ, **({"OPENAI_API_KEY": api_key} if api_key else {})}
     done = subprocess.run(argv, capture_output=True, text=True, env=env)
@@ -122,6 +128,7 @@ def pooled(runs: list[dict[str, Any]]) -> dict[str, Any]:
     itl = [gap * 1000 for _, gaps, _ in done for gap in gaps]
     # vLLM's client records one gap per chunk received; their sum is the time after the first token.
     tpot = [sum(gaps) * 1000 / (out - 1) for _, gaps, out in done if out > 1 and gaps]
+    tokens = sum(out for _, _, out in done)
     failed = sum(run.get("failed", 0) for run in runs)
     return {
         "requests": sum(run["completed"] for run in runs) + failed, "failed": failed,
@@ -129,6 +136,8 @@ def pooled(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "tpot_ms": {"p50": percentile(tpot, 50), "p99": percentile(tpot, 99)},
         "itl_ms": {"p50": percentile(itl, 50), "p99": percentile(itl, 99)},
         "output_tps": statistics.median(run["output_throughput"] for run in runs),
+        # Below 1, some tokens came without text and the gaps around them span several steps.
+        "text_chunks_per_token": sum(len(gaps) + 1 for _, gaps, _ in done) / tokens if tokens else None,
     }
 
 
@@ -160,7 +169,7 @@ def judged(concurrency: int, vllm: dict[str, Any], app: dict[str, Any]) -> dict[
 def run_comparison(
     config: TrilemmaConfig, *, pool: str, app_url: str | None, levels: list[int], rounds: int, num_prompts: int,
     input_len: int, output_len: int, vllm_port: int, seed: int, timeout_s: float, workdir: Path,
-    api_key: str | None = None, sequential: bool = False,
+    api_key: str | None = None, sequential: bool = False, temperature: float = 0.0,
 ) -> dict[str, Any]:
     """Both arms serving at once, loaded in turn (ABBA per round); or, `sequential`, plain vLLM's
     rounds first and then the app's, for a device that cannot hold both (drift then falls on
@@ -179,7 +188,7 @@ def run_comparison(
     def load(arm: str, concurrency: int, prompts: int, seed_offset: int) -> dict[str, Any]:
         return bench_serve(urls[arm], model.name, source, concurrency=concurrency, num_prompts=prompts,
                            input_len=input_len, output_len=output_len, seed=seed + seed_offset, workdir=workdir,
-                           api_key=api_key if arm == "app" else None)
+                           api_key=api_key if arm == "app" else None, temperature=temperature)
 
     def warm_up(arm: str) -> None:  # the first requests pay for compilation and caches
         load(arm, max(levels), max(levels), rounds * len(levels))
@@ -247,7 +256,7 @@ def markdown(result: dict[str, Any]) -> str:
         f"On {result['machine']}. Pool `{result['pool']}`; plain vLLM: `vllm {' '.join(result['vllm_command'])}` "
         f"with the engine arguments {result['engine_kwargs']} and {result['env'] or 'no extra environment'}. "
         f"`vllm bench serve`, random prompts of {result['input_len']} tokens, {result['output_len']} out "
-        f"(ignore_eos), {result['rounds']} rounds of {result['num_prompts']} requests (at least twice the "
+        f"(ignore_eos, temperature {result['temperature']:g}), {result['rounds']} rounds of {result['num_prompts']} requests (at least twice the "
         f"in-flight count) per load point, {result['order']}. Ready: {ready}.", "",
         "| in flight | TTFT p50 app / vLLM (ms) | TTFT p99 app / vLLM | TPOT p50 app / vLLM | ITL p99 app / vLLM "
         "| out tok/s app / vLLM | ratio | targets |",
@@ -263,8 +272,14 @@ def markdown(result: dict[str, Any]) -> str:
             f"| {a['itl_ms']['p99']:.1f} / {v['itl_ms']['p99']:.1f} | {a['output_tps']:.1f} / {v['output_tps']:.1f} "
             f"| {p['output_tps_ratio']:.3f} | {met} |")
     failed = sum(p[arm]["failed"] for p in result["points"] for arm in ARMS)
-    lines += ["", f"Failed requests: {failed}."]
+    lines += ["", f"Failed requests: {failed}.", "", "Chunks with text per output token, app / vLLM (below 1, some "
+              "tokens came without text and the gaps around them span several steps): " + ", ".join(
+                  f"{_share(p['app'])} / {_share(p['vllm'])} at {p['concurrency']}" for p in result["points"]) + "."]
     return "\n".join(lines) + "\n"
+
+
+def _share(arm: dict[str, Any]) -> str:
+    return "-" if arm["text_chunks_per_token"] is None else f"{arm['text_chunks_per_token']:.3f}"
 
 
 def add_vs_vllm_command(sub: argparse._SubParsersAction) -> None:
@@ -284,6 +299,8 @@ def add_vs_vllm_command(sub: argparse._SubParsersAction) -> None:
     vs.add_argument("--sequential", action="store_true",
                     help="plain vLLM's rounds first, then the app's: for a GPU that cannot hold both at once")
     vs.add_argument("--seed", type=int, default=0)
+    vs.add_argument("--temperature", type=float, default=0.0,
+                    help="sent with every request; 0 (greedy) makes both arms generate the same tokens")
     add_output_args(vs, "vs-vllm")
     vs.set_defaults(func=bench_vs_vllm)
 
@@ -304,7 +321,7 @@ def bench_vs_vllm(args: argparse.Namespace) -> int:
                 config, pool=args.pool, app_url=args.app_url, levels=levels, rounds=args.rounds,
                 num_prompts=args.num_prompts, input_len=args.input_len, output_len=args.output_len,
                 vllm_port=args.vllm_port, seed=args.seed, timeout_s=args.ready_timeout_s, workdir=Path(workdir),
-                api_key=args.api_key, sequential=args.sequential)
+                api_key=args.api_key, sequential=args.sequential, temperature=args.temperature)
         except RuntimeError as error:
             log = Path(workdir) / "vllm-serve.log"
             if log.exists():
@@ -312,7 +329,7 @@ def bench_vs_vllm(args: argparse.Namespace) -> int:
             return fail(error)
     name = args.name or "vs-vllm"
     result = {"name": name, "command": command_line(args), "machine": machine.describe(),
-              "rounds": args.rounds, "num_prompts": args.num_prompts,
+              "rounds": args.rounds, "num_prompts": args.num_prompts, "temperature": args.temperature,
               "input_len": args.input_len, "output_len": args.output_len, **result}
     json_path = write_json(result, Path(args.out), name)
     md_path = json_path.with_suffix(".md")

@@ -43,6 +43,8 @@ _PRIVATE: dict[str, tuple[str | tuple[str, ...], str]] = {
     "sanitize_chat_completion_request": (f"{_RAY_LLM}.core.ingress.utils", "_sanitize_chat_completion_request"),
     "RawRequestInfo": (f"{_RAY_LLM}.core.protocol", "RawRequestInfo"),
     "haproxy_binary": ("ray.serve._private.haproxy", "get_haproxy_binary"),
+    "LLMCallbackBase": ("ray.llm._internal.common.callbacks.base", "CallbackBase"),
+    "is_remote_model_path": ("ray.llm._internal.common.utils.cloud_utils", "is_remote_path"),
     "response_for_error": (f"{_RAY_LLM}.utils.server_utils", "get_response_for_error"),
     "get_logger": (f"{_RAY_LLM}.observability.logging", "get_logger"),
     "StreamOptions": (("vllm.entrypoints.generate.base.protocol", "vllm.entrypoints.openai.engine.protocol"),

@@ -14,6 +14,7 @@ from core.pool_config import GIB
 from core.int8_checkpoint import VLLM_METHOD, W8A8_INT8, prepare_w8a8_int8
 from core.model_store import default_cache_dir
 from core.price_catalog import ReplicaRate
+from deployments.model_files import DownloadOnlyRemoteModels
 from deployments.pool import PoolServer
 from serving.cpu_engine import CPU_ENGINE_ENV
 from serving.engine_ports import DP_MASTER_PORT_ENV, dp_master_port
@@ -77,6 +78,7 @@ def llm_config_for_pool(
     return LLMConfig(
         model_loading_config={"model_id": model.name, "model_source": model_source},
         engine_kwargs=engine_kwargs,
+        callback_config={"callback_class": DownloadOnlyRemoteModels},
         runtime_env={"env_vars": env} if env else None,
         deployment_config={
             **({"autoscaling_config": autoscaling_config} if autoscaling_config else {"num_replicas": pool.replicas}),

@@ -18,7 +18,7 @@ from core.errors import error_body
 from core.upstream import ChatCompletionRequest, get_logger, openai_json_lines
 from deployments.pool_faults import one_line, replica_failure
 from serving.request_metering import KEEP_EVENT, final_usage, map_events
-from serving.request_timeline import TIMING_KEY, RequestTimeline
+from serving.request_timeline import ROUTER_ITEMS, TIMING_KEY, RequestTimeline
 
 logger = get_logger(__name__)
 
@@ -119,13 +119,15 @@ async def relay(
         if timeline is not None:
             # A resumed answer's replica stamps are the second replica's: with the router's of
             # the first attempt they would make no timeline at all.
-            event[TIMING_KEY] = {**(replica_stamps if resumed is None else {}), **timeline.stamps}
+            event[TIMING_KEY] = {**(replica_stamps if resumed is None else {}), **timeline.as_event()}
             return event
         return event if keep_usage else None
 
     while True:
         try:
             async for packet in openai_json_lines(stream):
+                if timeline is not None:
+                    timeline.stamp_item(ROUTER_ITEMS)
                 packet = map_events(packet, relabel, usage_only=False)
                 if packet:
                     yield packet

@@ -89,7 +89,7 @@ async def metered(
 ) -> AsyncGenerator[Any, None]:
     """Yields `stream`'s items unchanged except for the final usage, which gains the cost.
     A request that completes is counted in `latency`, with its TTFT (from `arrived_at`, its
-    arrival at the replica, queueing included) and TPOT when it was streamed; its first item
+    arrival at the replica, queueing included) and TPOT when it was streamed; each streamed item
     is stamped on the `timeline` of a request that asked for one."""
     activity.begin()
     share = work.start(prompt_tokens)
@@ -110,7 +110,7 @@ async def metered(
             if _is_streamed(item):
                 first_at = first_at or time.monotonic()
                 if timeline is not None:
-                    timeline.stamp("engine_first_output")
+                    timeline.stamp_engine_output()
                 work.first_token(share)
                 if not closed:
                     item = [map_events(p, price) if isinstance(p, str) else p for p in item] \
@@ -149,7 +149,7 @@ async def with_timeline(batches: AsyncGenerator[Any, None], timeline: RequestTim
         usage = final_usage(event)
         if usage is None:
             return KEEP_EVENT
-        usage[TIMING_KEY] = dict(timeline.stamps)
+        usage[TIMING_KEY] = timeline.as_event()
         return event
 
     def each(packets: Any) -> Any:

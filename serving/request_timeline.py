@@ -10,6 +10,11 @@ times (Unix seconds) at which its request passed each point of the app:
 With its own send time and the arrival of the first token, the differences name every
 millisecond of the time to first token (`HOPS`). The stamps of one host share its clock;
 across hosts a hop also holds the hosts' clock offset.
+
+Beside them, `"engine_outputs"` lists the times at which the replica received each item of the
+engine's stream, and `"router_items"` those at which the router received each item from the
+replica, so the gaps between tokens have names too: those the engine made (its steps, and the
+cores it waited for), those the way to the router added, and those after it.
 """
 
 from __future__ import annotations
@@ -21,6 +26,9 @@ from core.wire import TIMING_HEADER
 
 # The key of the stamps on the stream's usage event.
 TIMING_KEY = "trilemma_timing"
+# The times of every item of a stream at one point, on the same event: the engine's at the
+# replica, and the replica's at the router.
+ENGINE_OUTPUTS, ROUTER_ITEMS = "engine_outputs", "router_items"
 # The client's own stamps, as `hops_ms` reads them.
 CLIENT_SENT, CLIENT_FIRST_TOKEN = "client_sent", "client_first_token"
 
@@ -42,6 +50,7 @@ class RequestTimeline:
 
     def __init__(self) -> None:
         self.stamps: dict[str, float] = {}
+        self.items: dict[str, list[float]] = {}
 
     @classmethod
     def asked_for(cls, headers: Mapping[str, str] | None) -> RequestTimeline | None:
@@ -50,6 +59,25 @@ class RequestTimeline:
 
     def stamp(self, name: str) -> None:
         self.stamps.setdefault(name, time.time())
+
+    def stamp_item(self, series: str) -> float:
+        now = time.time()
+        self.items.setdefault(series, []).append(now)
+        return now
+
+    def stamp_engine_output(self) -> None:
+        self.stamps.setdefault("engine_first_output", self.stamp_item(ENGINE_OUTPUTS))
+
+    def as_event(self) -> dict[str, float | list[float]]:
+        """What the usage event carries: the stamps, and the item times taken so far."""
+        return {**self.stamps, **{series: list(times) for series, times in self.items.items()}}
+
+
+def item_gaps_s(timing: Mapping[str, object], series: str) -> list[float]:
+    """The seconds between consecutive items of one series (`ENGINE_OUTPUTS`, `ROUTER_ITEMS`)
+    of a usage event's timing."""
+    times = timing.get(series) or []
+    return [later - earlier for earlier, later in zip(times, times[1:])]
 
 
 def hops_ms(stamps: Mapping[str, float]) -> dict[str, float]:

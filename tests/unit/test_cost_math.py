@@ -9,9 +9,10 @@ import pytest
 from cluster.pricing import load_catalog, pool_rates
 from core.config import DEFAULT_CONFIG_PATH, ConfigError, CostConfig, TrilemmaConfig
 from core.price_catalog import PriceCatalog, replica_rate
+from serving import request_timeline
 from serving.engine_activity import EngineActivity
 from serving.request_metering import final_usage, map_events, metered, prompt_tokens_hint, with_timeline
-from serving.request_timeline import TIMING_KEY, RequestTimeline
+from serving.request_timeline import ENGINE_OUTPUTS, TIMING_KEY, RequestTimeline, item_gaps_s
 from serving.work_share import WorkShare
 from tests.support import ManualClock
 
@@ -124,8 +125,30 @@ async def test_a_timed_request_carries_every_replica_stamp_on_its_usage_even_in_
     (batch,) = [item async for item in with_timeline(metered_stream, timeline)]
     assert batch[0] == sse({"choices": [{"delta": {"content": "Hi"}}]})  # passed on as it came
     stamps = json.loads(batch[1][len("data: "):])["usage"][TIMING_KEY]
-    assert list(stamps) == ["pool_received", "engine_first_output", "pool_first_sent"]
+    assert list(stamps) == ["pool_received", "engine_first_output", "pool_first_sent", ENGINE_OUTPUTS]
     assert stamps["pool_received"] <= stamps["engine_first_output"] <= stamps["pool_first_sent"]
+    assert stamps[ENGINE_OUTPUTS] == [stamps["engine_first_output"]]  # the one item the engine gave
+
+
+async def test_a_timed_request_carries_the_time_of_every_engine_output(monkeypatch):
+    clock = ManualClock()
+    monkeypatch.setattr(request_timeline.time, "time", clock)
+
+    async def engine():  # two tokens, then the usage, each from a step of its own
+        clock.now = 10.0
+        yield sse({"choices": [{"delta": {"content": "Hi"}}]})
+        clock.now = 10.05
+        yield sse({"choices": [{"delta": {"content": "!"}}]})
+        clock.now = 10.3
+        yield sse({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 2}})
+
+    timeline = RequestTimeline()
+    metered_stream = metered(engine(), activity=EngineActivity(), work=WorkShare(), rate=None, prompt_tokens=5,
+                             timeline=timeline)
+    items = [item async for item in with_timeline(metered_stream, timeline)]
+    timing = json.loads(items[-1][len("data: "):])["usage"][TIMING_KEY]
+    assert timing[ENGINE_OUTPUTS] == [10.0, 10.05, 10.3] and timing["engine_first_output"] == 10.0
+    assert item_gaps_s(timing, ENGINE_OUTPUTS) == pytest.approx([0.05, 0.25])
 
 
 async def test_a_dropped_stream_is_still_charged_and_closes_the_clock():

@@ -44,7 +44,8 @@ def test_a_missing_stamp_leaves_out_only_its_hops():
 def test_the_summary_counts_only_requests_with_every_hop():
     full = {hop: 2.0 for hop, _, _ in HOPS}
     records = [
-        RequestRecord("chat", 0.0, 1.0, ttft_s=0.016, completion_tokens=4, itl_s=[0.01, 0.01, 0.01], hops_ms=full),
+        RequestRecord("chat", 0.0, 1.0, ttft_s=0.016, completion_tokens=4, itl_s=[0.01, 0.01, 0.05], hops_ms=full,
+                      engine_gaps_s=[0.01, 0.01, 0.01], router_gaps_s=[0.01, 0.01, 0.05]),
         RequestRecord("chat", 0.0, 1.0, ttft_s=0.5, completion_tokens=4, itl_s=[0.0001, 0.05, 0.0001],
                       hops_ms={"router": 1.0}),
     ]
@@ -54,3 +55,6 @@ def test_the_summary_counts_only_requests_with_every_hop():
     assert summary["sum_of_hop_medians_ms"] == 2.0 * len(HOPS)
     assert summary["ttft_ms"]["p50"] == pytest.approx(16.0)
     assert summary["tokens_per_burst"] == pytest.approx((1.0 + 2.0) / 2)  # 4 tokens in 4 bursts, in 2
+    # A 50 ms gap the engine did not make and the router already saw: the way to the router added it.
+    assert summary["chunk_gap_ms"]["p99"] > 40 and summary["router_item_gap_ms"]["p99"] > 40
+    assert summary["engine_output_gap_ms"]["p99"] == pytest.approx(10.0)
