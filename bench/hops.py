@@ -44,9 +44,7 @@ def hop_summary(records: list[RequestRecord]) -> dict[str, Any]:
         values = [r.hops_ms[hop] for r in timed]
         hops[hop] = _stats(values)
     ttft = [r.ttft_s * 1000 for r in timed if r.ttft_s is not None]
-    gaps = [gap * 1000 for r in records if r.ok for gap in r.itl_s]
-    engine_gaps = [gap * 1000 for r in records if r.ok for gap in r.engine_gaps_s]
-    router_gaps = [gap * 1000 for r in records if r.ok for gap in r.router_gaps_s]
+    gaps = _gaps_ms(records, "itl_s")
     bursts = [(1 + sum(gap > BURST_GAP_S for gap in r.itl_s), r.completion_tokens)
               for r in records if r.ok and r.ttft_s is not None]
     return {
@@ -56,10 +54,15 @@ def hop_summary(records: list[RequestRecord]) -> dict[str, Any]:
         "ttft_ms": _stats(ttft),
         "sum_of_hop_medians_ms": sum(stats["p50"] for stats in hops.values()) if timed else None,
         "chunk_gap_ms": _stats(gaps),
-        "router_item_gap_ms": _stats(router_gaps),
-        "engine_output_gap_ms": _stats(engine_gaps),
+        "router_item_gap_ms": _stats(_gaps_ms(records, "router_gaps_s")),
+        "engine_output_gap_ms": _stats(_gaps_ms(records, "engine_gaps_s")),
         "tokens_per_burst": statistics.fmean(tokens / count for count, tokens in bursts) if bursts else None,
     }
+
+
+def _gaps_ms(records: list[RequestRecord], series: str) -> list[float]:
+    """One series of gaps (`itl_s`, `router_gaps_s`, `engine_gaps_s`) of every answered request, in ms."""
+    return [gap * 1000 for r in records if r.ok for gap in getattr(r, series)]
 
 
 def _stats(values: list[float]) -> dict[str, float | None]:

@@ -136,7 +136,8 @@ def pooled(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "tpot_ms": {"p50": percentile(tpot, 50), "p99": percentile(tpot, 99)},
         "itl_ms": {"p50": percentile(itl, 50), "p99": percentile(itl, 99)},
         "output_tps": statistics.median(run["output_throughput"] for run in runs),
-        # Below 1, some tokens came without text and the gaps around them span several steps.
+        # Equal in two arms that generated the same text; lower in the arm whose tokens came
+        # more often without text, whose gaps then span several steps.
         "text_chunks_per_token": sum(len(gaps) + 1 for _, gaps, _ in done) / tokens if tokens else None,
     }
 
@@ -272,8 +273,9 @@ def markdown(result: dict[str, Any]) -> str:
             f"| {a['itl_ms']['p99']:.1f} / {v['itl_ms']['p99']:.1f} | {a['output_tps']:.1f} / {v['output_tps']:.1f} "
             f"| {p['output_tps_ratio']:.3f} | {met} |")
     failed = sum(p[arm]["failed"] for p in result["points"] for arm in ARMS)
-    lines += ["", f"Failed requests: {failed}.", "", "Chunks with text per output token, app / vLLM (below 1, some "
-              "tokens came without text and the gaps around them span several steps): " + ", ".join(
+    lines += ["", f"Failed requests: {failed}.", "", "Chunks with text per output token, app / vLLM (equal when both "
+              "generated the same text; lower where more tokens came without text, whose gaps span several "
+              "steps): " + ", ".join(
                   f"{_share(p['app'])} / {_share(p['vllm'])} at {p['concurrency']}" for p in result["points"]) + "."]
     return "\n".join(lines) + "\n"
 
