@@ -6,9 +6,10 @@ send time and the first token's arrival, the time to first token splits into nam
 (serving.request_timeline.HOPS): the proxy, the router, the call to the pool replica, its
 admission queue, the engine, the replica's stream batching, the way back. The hops of one
 request add up to its time to first token, so nothing is left unnamed. Beside them: the
-gaps between the events the client receives, between the items the router got from the replica
-and between the engine's outputs as the replica got them (what of a long gap the engine made,
-what the way to the router added, and what came after), and how many tokens arrive in one burst.
+gaps between the events the client receives (those with text, and all), between the items the
+router got from the replica and between the engine's outputs as the replica got them (what of a
+long gap the engine made, what the way to the router added, and what came after); each item's
+own way out (replica to router, router to client); and how many tokens arrive in one burst.
 """
 
 from __future__ import annotations
@@ -54,14 +55,18 @@ def hop_summary(records: list[RequestRecord]) -> dict[str, Any]:
         "ttft_ms": _stats(ttft),
         "sum_of_hop_medians_ms": sum(stats["p50"] for stats in hops.values()) if timed else None,
         "chunk_gap_ms": _stats(gaps),
+        "event_gap_ms": _stats(_gaps_ms(records, "event_gaps_s")),
         "router_item_gap_ms": _stats(_gaps_ms(records, "router_gaps_s")),
         "engine_output_gap_ms": _stats(_gaps_ms(records, "engine_gaps_s")),
+        "replica_to_router_item_ms": _stats(_gaps_ms(records, "replica_to_router_s")),
+        "router_to_client_item_ms": _stats(_gaps_ms(records, "router_to_client_s")),
         "tokens_per_burst": statistics.fmean(tokens / count for count, tokens in bursts) if bursts else None,
     }
 
 
 def _gaps_ms(records: list[RequestRecord], series: str) -> list[float]:
-    """One series of gaps (`itl_s`, `router_gaps_s`, `engine_gaps_s`) of every answered request, in ms."""
+    """One series of a record's gaps or delays (`itl_s`, `event_gaps_s`, `router_gaps_s`, `engine_gaps_s`,
+    `replica_to_router_s`, `router_to_client_s`) over every answered request, in ms."""
     return [gap * 1000 for r in records if r.ok for gap in getattr(r, series)]
 
 
@@ -106,11 +111,17 @@ def markdown(result: dict[str, Any]) -> str:
         lines.append(f"| {hop} | " + " | ".join(cell(p["summary"]["hops_ms"][hop]) for p in points) + " |")
     lines.append("| **time to first token** | "
                  + " | ".join(f"**{cell(p['summary']['ttft_ms'])}**" for p in points) + " |")
-    lines.append("| gap between chunks | " + " | ".join(cell(p["summary"]["chunk_gap_ms"]) for p in points) + " |")
+    lines.append("| gap between chunks with text | " + " | ".join(cell(p["summary"]["chunk_gap_ms"]) for p in points) + " |")
+    lines.append("| gap between events, with or without text | " + " | ".join(
+        cell(p["summary"]["event_gap_ms"]) for p in points) + " |")
     lines.append("| gap between items at the router | " + " | ".join(
         cell(p["summary"]["router_item_gap_ms"]) for p in points) + " |")
     lines.append("| gap between engine outputs at the replica | " + " | ".join(
         cell(p["summary"]["engine_output_gap_ms"]) for p in points) + " |")
+    lines.append("| replica to router, every item | " + " | ".join(
+        cell(p["summary"]["replica_to_router_item_ms"]) for p in points) + " |")
+    lines.append("| router to client, every item | " + " | ".join(
+        cell(p["summary"]["router_to_client_item_ms"]) for p in points) + " |")
     lines.append("| tokens per burst (mean) | " + " | ".join(
         "-" if p["summary"]["tokens_per_burst"] is None else f"{p['summary']['tokens_per_burst']:.2f}"
         for p in points) + " |")
@@ -147,10 +158,9 @@ def bench_hops(args: argparse.Namespace) -> int:
         records = asyncio.run(measure(args.url, model, concurrency, args.num_prompts, args.max_tokens,
                                       warmup=args.warmup, seed=args.seed, api_key=args.api_key,
                                       progress=not args.no_progress))
-        # Each request's hops and TTFT; its gaps between chunks only in the summary (they are many).
+        # Each request's hops and TTFT; its series of gaps and delays only in the summary (they are many).
         points.append({"concurrency": concurrency, "summary": hop_summary(records),
-                       "records": [{key: value for key, value in r.to_dict().items()
-                                    if key not in ("itl_s", "engine_gaps_s", "router_gaps_s")}
+                       "records": [{key: value for key, value in r.to_dict().items() if not isinstance(value, list)}
                                    for r in records]})
     name = args.name or "hops"
     result = {"name": name, "command": command_line(args), "url": args.url, "machine": machine.describe(),

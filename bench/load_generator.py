@@ -18,7 +18,8 @@ from bench.datasets import Prompt
 from bench.metrics import RequestRecord
 from core import wire
 from serving.request_timeline import (
-    CLIENT_FIRST_TOKEN, CLIENT_SENT, ENGINE_OUTPUTS, ROUTER_ITEMS, TIMING_KEY, hops_ms, item_gaps_s,
+    CLIENT_FIRST_TOKEN, CLIENT_SENT, ENGINE_OUTPUTS, ROUTER_ITEMS, TIMING_KEY, hops_ms, item_delays_s,
+    item_gaps_s,
 )
 
 
@@ -60,10 +61,13 @@ async def _read_stream(
     """Fills `record` from server-sent events: text timings, then the usage of the last chunk
     (and the hop times, when `stamps` holds the send time)."""
     last_text_at = None
+    received: list[float] = []  # every event's arrival, wall clock, against the router's stamps
     async for raw_line in response.content:
         line = raw_line.decode().strip()
         if not line.startswith("data: ") or line == "data: [DONE]":
             continue
+        if stamps is not None:
+            received.append(time.time())
         chunk = json.loads(line[len("data: "):])
         if "error" in chunk:
             record.error = f"stream error: {chunk['error'].get('message')}"
@@ -87,6 +91,10 @@ async def _read_stream(
             record.hops_ms = hops_ms({**chunk[TIMING_KEY], **stamps})
             record.engine_gaps_s = item_gaps_s(chunk[TIMING_KEY], ENGINE_OUTPUTS)
             record.router_gaps_s = item_gaps_s(chunk[TIMING_KEY], ROUTER_ITEMS)
+            router_items = chunk[TIMING_KEY].get(ROUTER_ITEMS) or []
+            record.replica_to_router_s = item_delays_s(chunk[TIMING_KEY].get(ENGINE_OUTPUTS) or [], router_items)
+            record.router_to_client_s = item_delays_s(router_items, received)
+            record.event_gaps_s = [later - earlier for earlier, later in zip(received, received[1:])]
 
 
 async def run_load(

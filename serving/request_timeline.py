@@ -14,13 +14,15 @@ across hosts a hop also holds the hosts' clock offset.
 Beside them, `"engine_outputs"` lists the times at which the replica received each item of the
 engine's stream, and `"router_items"` those at which the router received each item from the
 replica, so the gaps between tokens have names too: those the engine made (its steps, and the
-cores it waited for), those the way to the router added, and those after it.
+cores it waited for), those the way to the router added, and those after it. A client on the
+router's host also times the way out of every item (`item_delays_s`).
 """
 
 from __future__ import annotations
 
+import bisect
 import time
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from core.wire import TIMING_HEADER
 
@@ -78,6 +80,20 @@ def item_gaps_s(timing: Mapping[str, object], series: str) -> list[float]:
     of a usage event's timing."""
     times = timing.get(series) or []
     return [later - earlier for earlier, later in zip(times, times[1:])]
+
+
+def item_delays_s(sent: Sequence[float], received: Sequence[float]) -> list[float]:
+    """For each item passing one point (`sent`: the `ENGINE_OUTPUTS` at the replica, or the
+    `ROUTER_ITEMS`), the seconds until the next point received the item that carried it: the
+    first of that point's times (`received`, in order: the router's items, or the client's
+    events) at or after it. What the way out adds to every token, not only the first; read
+    against one clock, so with both points on one host."""
+    delays = []
+    for at in sent:
+        index = bisect.bisect_left(received, at)
+        if index < len(received):
+            delays.append(received[index] - at)
+    return delays
 
 
 def hops_ms(stamps: Mapping[str, float]) -> dict[str, float]:

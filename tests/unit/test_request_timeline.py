@@ -45,7 +45,8 @@ def test_the_summary_counts_only_requests_with_every_hop():
     full = {hop: 2.0 for hop, _, _ in HOPS}
     records = [
         RequestRecord("chat", 0.0, 1.0, ttft_s=0.016, completion_tokens=4, itl_s=[0.01, 0.01, 0.05], hops_ms=full,
-                      engine_gaps_s=[0.01, 0.01, 0.01], router_gaps_s=[0.01, 0.01, 0.05]),
+                      engine_gaps_s=[0.01, 0.01, 0.01], router_gaps_s=[0.01, 0.01, 0.05],
+                      replica_to_router_s=[0.0005] * 4, router_to_client_s=[0.001, 0.001, 0.001, 0.002]),
         RequestRecord("chat", 0.0, 1.0, ttft_s=0.5, completion_tokens=4, itl_s=[0.0001, 0.05, 0.0001],
                       hops_ms={"router": 1.0}),
     ]
@@ -58,3 +59,14 @@ def test_the_summary_counts_only_requests_with_every_hop():
     # A 50 ms gap the engine did not make and the router already saw: the way to the router added it.
     assert summary["chunk_gap_ms"]["p99"] > 40 and summary["router_item_gap_ms"]["p99"] > 40
     assert summary["engine_output_gap_ms"]["p99"] == pytest.approx(10.0)
+    assert summary["router_to_client_item_ms"]["p50"] == pytest.approx(1.0)
+    assert summary["replica_to_router_item_ms"]["p99"] == pytest.approx(0.5)
+
+
+def test_each_router_item_is_matched_to_the_first_client_event_after_it():
+    # Two items the router got; the client's events: one before either (a stale one), one 1 ms
+    # after the first, one 30 ms after the second (held on the way out).
+    delays = request_timeline.item_delays_s([10.0, 10.05], [9.9, 10.001, 10.08])
+    assert delays == pytest.approx([0.001, 0.03])
+    # An item whose event never came (a stream cut short) has no delay, not a made-up one.
+    assert request_timeline.item_delays_s([10.0, 11.0], [10.002]) == pytest.approx([0.002])
