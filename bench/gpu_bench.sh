@@ -129,9 +129,10 @@ app_hops() {
 }
 
 app_vs_vllm() {
-  # VS_CONCURRENCY and VS_NAME split the load points over calls shorter than the whole run.
+  # VS_CONCURRENCY and VS_NAME split the load points over calls shorter than the whole run;
+  # VS_PROMPTS raises the requests per round where a p99 should rest on more than a few.
   python3 -m bench vs-vllm "${time_args[@]}" --app-url http://127.0.0.1:8000 \
-    --concurrency "${VS_CONCURRENCY:-1,16,256}" --rounds 2 --num-prompts 16 --input-len 512 --output-len 128 \
+    --concurrency "${VS_CONCURRENCY:-1,16,256}" --rounds 2 --num-prompts "${VS_PROMPTS:-16}" --input-len 512 --output-len 128 \
     --out "$out" --name "${VS_NAME:-vs-vllm-8b}" --no-progress
 }
 
