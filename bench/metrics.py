@@ -28,10 +28,11 @@ class RequestRecord:
     # and between the replica's items as the router got them.
     engine_gaps_s: list[float] = field(default_factory=list)
     router_gaps_s: list[float] = field(default_factory=list)
-    # The gaps between all of this client's events, those without text too (`itl_s` skips them).
+    # With them too: the gaps between all of this client's events, those without text as well
+    # (`itl_s` skips them), and each item's way out: from the replica's receipt of the engine's
+    # output to the router's receipt, and from there to this client's (one clock: the client on
+    # the router's host).
     event_gaps_s: list[float] = field(default_factory=list)
-    # And each item's way out: from the replica's receipt of the engine's output to the router's
-    # receipt, and from there to this client's (one clock: the client on the router's host).
     replica_to_router_s: list[float] = field(default_factory=list)
     router_to_client_s: list[float] = field(default_factory=list)
 

@@ -46,7 +46,8 @@ def test_the_summary_counts_only_requests_with_every_hop():
     records = [
         RequestRecord("chat", 0.0, 1.0, ttft_s=0.016, completion_tokens=4, itl_s=[0.01, 0.01, 0.05], hops_ms=full,
                       engine_gaps_s=[0.01, 0.01, 0.01], router_gaps_s=[0.01, 0.01, 0.05],
-                      replica_to_router_s=[0.0005] * 4, router_to_client_s=[0.001, 0.001, 0.001, 0.002]),
+                      event_gaps_s=[0.0, 0.01, 0.01, 0.05], replica_to_router_s=[0.0005] * 4,
+                      router_to_client_s=[0.001, 0.001, 0.001, 0.002]),
         RequestRecord("chat", 0.0, 1.0, ttft_s=0.5, completion_tokens=4, itl_s=[0.0001, 0.05, 0.0001],
                       hops_ms={"router": 1.0}),
     ]
@@ -59,6 +60,7 @@ def test_the_summary_counts_only_requests_with_every_hop():
     # A 50 ms gap the engine did not make and the router already saw: the way to the router added it.
     assert summary["chunk_gap_ms"]["p99"] > 40 and summary["router_item_gap_ms"]["p99"] > 40
     assert summary["engine_output_gap_ms"]["p99"] == pytest.approx(10.0)
+    assert summary["event_gap_ms"]["p50"] == pytest.approx(10.0)
     assert summary["router_to_client_item_ms"]["p50"] == pytest.approx(1.0)
     assert summary["replica_to_router_item_ms"]["p99"] == pytest.approx(0.5)
 
