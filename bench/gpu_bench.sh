@@ -124,8 +124,9 @@ app_wake() {
 }
 
 app_hops() {
+  # HOPS_NAME keeps an earlier run's results beside a new one.
   python3 -m bench hops --concurrency 1,16,256 --num-prompts 64 --max-tokens 128 \
-    --out "$out" --name hops-8b --no-progress
+    --out "$out" --name "${HOPS_NAME:-hops-8b}" --no-progress
 }
 
 app_vs_vllm() {

@@ -83,8 +83,9 @@ async def measure(
     """`num_prompts` random prompts (at least two waves of `concurrency`) at `concurrency` in
     flight, each generating `max_tokens`."""
     num_prompts = max(num_prompts, 2 * concurrency)
-    # Greedy: a sampled answer may draw tokens without text (a skipped special token), which the
-    # client never sees as a chunk, so its gap spans several steps that the engine's gaps split.
+    # Greedy: a sampled answer draws more tokens without text (a skipped special token), whose
+    # events come with empty text, so the gap between the text chunks around them spans several
+    # steps. Greedy with ignore_eos still draws some past the end-of-turn token.
     prompts = [replace(p, extra={"ignore_eos": True, "temperature": 0.0})
                for p in random_dataset(warmup + num_prompts, min_words=32, max_words=256,
                                        max_tokens=max_tokens, seed=seed + concurrency)]
@@ -118,9 +119,9 @@ def markdown(result: dict[str, Any]) -> str:
         cell(p["summary"]["router_item_gap_ms"]) for p in points) + " |")
     lines.append("| gap between engine outputs at the replica | " + " | ".join(
         cell(p["summary"]["engine_output_gap_ms"]) for p in points) + " |")
-    lines.append("| replica to router, every item | " + " | ".join(
+    lines.append("| replica to router, every engine output | " + " | ".join(
         cell(p["summary"]["replica_to_router_item_ms"]) for p in points) + " |")
-    lines.append("| router to client, every item | " + " | ".join(
+    lines.append("| router to client, every router item | " + " | ".join(
         cell(p["summary"]["router_to_client_item_ms"]) for p in points) + " |")
     lines.append("| tokens per burst (mean) | " + " | ".join(
         "-" if p["summary"]["tokens_per_burst"] is None else f"{p['summary']['tokens_per_burst']:.2f}"

@@ -61,7 +61,9 @@ async def _read_stream(
     """Fills `record` from server-sent events: text timings, then the usage of the last chunk
     (and the hop times, when `stamps` holds the send time)."""
     last_text_at = None
-    received: list[float] = []  # every event's arrival, wall clock, against the router's stamps
+    # Every event's arrival on the wall clock, read against the router's stamps; taken as the line
+    # arrives, before parsing, so that the first token's stamp and the others' mean the same.
+    received: list[float] = []
     async for raw_line in response.content:
         line = raw_line.decode().strip()
         if not line.startswith("data: ") or line == "data: [DONE]":
@@ -77,7 +79,7 @@ async def _read_stream(
             if record.ttft_s is None:
                 record.ttft_s = now - started
                 if stamps is not None:
-                    stamps[CLIENT_FIRST_TOKEN] = time.time()
+                    stamps[CLIENT_FIRST_TOKEN] = received[-1]
             else:
                 record.itl_s.append(now - last_text_at)
             last_text_at = now

@@ -30,8 +30,8 @@ class RequestRecord:
     router_gaps_s: list[float] = field(default_factory=list)
     # With them too: the gaps between all of this client's events, those without text as well
     # (`itl_s` skips them), and each item's way out: from the replica's receipt of the engine's
-    # output to the router's receipt, and from there to this client's (one clock: the client on
-    # the router's host).
+    # output to the router's receipt, and from there to this client's (one clock: the client, the
+    # router and the replica on one host).
     event_gaps_s: list[float] = field(default_factory=list)
     replica_to_router_s: list[float] = field(default_factory=list)
     router_to_client_s: list[float] = field(default_factory=list)

@@ -84,10 +84,12 @@ def item_gaps_s(timing: Mapping[str, object], series: str) -> list[float]:
 
 def item_delays_s(sent: Sequence[float], received: Sequence[float]) -> list[float]:
     """For each item passing one point (`sent`: the `ENGINE_OUTPUTS` at the replica, or the
-    `ROUTER_ITEMS`), the seconds until the next point received the item that carried it: the
-    first of that point's times (`received`, in order: the router's items, or the client's
-    events) at or after it. What the way out adds to every token, not only the first; read
-    against one clock, so with both points on one host."""
+    `ROUTER_ITEMS`), the seconds until the next point's first receipt at or after it
+    (`received`, in order: the router's items, or the client's events). What the way out adds to
+    every token, not only the first. A lower bound: where the next point runs more than an item
+    behind, a later item meets an earlier one's receipt. The router stamps an item when its relay
+    takes it, which for the first item is after the response has started. Read against one
+    clock, so with both points on one host."""
     delays = []
     for at in sent:
         index = bisect.bisect_left(received, at)

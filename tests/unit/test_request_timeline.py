@@ -46,7 +46,7 @@ def test_the_summary_counts_only_requests_with_every_hop():
     records = [
         RequestRecord("chat", 0.0, 1.0, ttft_s=0.016, completion_tokens=4, itl_s=[0.01, 0.01, 0.05], hops_ms=full,
                       engine_gaps_s=[0.01, 0.01, 0.01], router_gaps_s=[0.01, 0.01, 0.05],
-                      event_gaps_s=[0.0, 0.01, 0.01, 0.05], replica_to_router_s=[0.0005] * 4,
+                      event_gaps_s=[0.0, 0.002, 0.003, 0.004], replica_to_router_s=[0.0005, 0.0005, 0.0005, 0.003],
                       router_to_client_s=[0.001, 0.001, 0.001, 0.002]),
         RequestRecord("chat", 0.0, 1.0, ttft_s=0.5, completion_tokens=4, itl_s=[0.0001, 0.05, 0.0001],
                       hops_ms={"router": 1.0}),
@@ -60,9 +60,11 @@ def test_the_summary_counts_only_requests_with_every_hop():
     # A 50 ms gap the engine did not make and the router already saw: the way to the router added it.
     assert summary["chunk_gap_ms"]["p99"] > 40 and summary["router_item_gap_ms"]["p99"] > 40
     assert summary["engine_output_gap_ms"]["p99"] == pytest.approx(10.0)
-    assert summary["event_gap_ms"]["p50"] == pytest.approx(10.0)
+    # Each series from its own field: no other has these values.
+    assert summary["event_gap_ms"]["p50"] == pytest.approx(2.5)
     assert summary["router_to_client_item_ms"]["p50"] == pytest.approx(1.0)
-    assert summary["replica_to_router_item_ms"]["p99"] == pytest.approx(0.5)
+    assert summary["replica_to_router_item_ms"]["p50"] == pytest.approx(0.5)
+    assert summary["replica_to_router_item_ms"]["p99"] > 2.9
 
 
 def test_each_router_item_is_matched_to_the_first_client_event_after_it():
@@ -72,3 +74,17 @@ def test_each_router_item_is_matched_to_the_first_client_event_after_it():
     assert delays == pytest.approx([0.001, 0.03])
     # An item whose event never came (a stream cut short) has no delay, not a made-up one.
     assert request_timeline.item_delays_s([10.0, 11.0], [10.002]) == pytest.approx([0.002])
+    # A receipt at the very time of the item counts ("at or after"); nothing in, nothing out.
+    assert request_timeline.item_delays_s([10.0], [10.0]) == [0.0]
+    assert request_timeline.item_delays_s([], [10.0]) == [] and request_timeline.item_delays_s([10.0], []) == []
+
+
+def test_an_item_delay_is_a_lower_bound_where_the_next_point_lags():
+    # Three engine outputs the replica sent 10 ms apart, batched into one router item 40 ms after
+    # the first: each meets that one receipt, the first with its whole wait, the last with less.
+    delays = request_timeline.item_delays_s([10.0, 10.01, 10.02], [10.04])
+    assert delays == pytest.approx([0.04, 0.03, 0.02])
+    # A client two items behind: the second item meets the first one's late receipt, so its
+    # delay reads shorter than the 60 ms it waited; never longer.
+    delays = request_timeline.item_delays_s([10.0, 10.05], [10.06, 10.11])
+    assert delays == pytest.approx([0.06, 0.01])
