@@ -18,8 +18,7 @@ from bench.datasets import Prompt
 from bench.metrics import RequestRecord
 from core import wire
 from serving.request_timeline import (
-    CLIENT_FIRST_TOKEN, CLIENT_SENT, ENGINE_OUTPUTS, ROUTER_ITEMS, TIMING_KEY, hops_ms, item_delays_s,
-    item_gaps_s,
+    CLIENT_FIRST_TOKEN, CLIENT_SENT, ENGINE_OUTPUTS, ROUTER_ITEMS, TIMING_KEY, gaps_s, hops_ms, item_delays_s,
 )
 
 
@@ -90,13 +89,13 @@ async def _read_stream(
             cost = usage.get("cost_usd")  # a number, or a breakdown with its total
             record.cost_usd = cost.get("total") if isinstance(cost, dict) else cost
         if stamps is not None and TIMING_KEY in chunk:
-            record.hops_ms = hops_ms({**chunk[TIMING_KEY], **stamps})
-            record.engine_gaps_s = item_gaps_s(chunk[TIMING_KEY], ENGINE_OUTPUTS)
-            record.router_gaps_s = item_gaps_s(chunk[TIMING_KEY], ROUTER_ITEMS)
-            router_items = chunk[TIMING_KEY].get(ROUTER_ITEMS) or []
-            record.replica_to_router_s = item_delays_s(chunk[TIMING_KEY].get(ENGINE_OUTPUTS) or [], router_items)
+            timing = chunk[TIMING_KEY]
+            record.hops_ms = hops_ms({**timing, **stamps})
+            engine_outputs, router_items = timing.get(ENGINE_OUTPUTS) or [], timing.get(ROUTER_ITEMS) or []
+            record.engine_gaps_s, record.router_gaps_s = gaps_s(engine_outputs), gaps_s(router_items)
+            record.event_gaps_s = gaps_s(received)
+            record.replica_to_router_s = item_delays_s(engine_outputs, router_items)
             record.router_to_client_s = item_delays_s(router_items, received)
-            record.event_gaps_s = [later - earlier for earlier, later in zip(received, received[1:])]
 
 
 async def run_load(

@@ -94,10 +94,10 @@ def bench_serve(url: str, model: str, tokenizer: str, *, concurrency: int, num_p
                 output_len: int, seed: int, workdir: Path, api_key: str | None = None,
                 temperature: float = 0.0) -> dict[str, Any]:
     """One `vllm bench serve` run; its detailed result. vLLM's client sends `OPENAI_API_KEY`.
-    The client times only the chunks that carry text; a token without any (a special token the
-    detokenizer skips, part of a character) stretches a gap over several steps. At `temperature`
-    0 both arms generate the same tokens for the same prompts, so their gaps compare; sampled,
-    each arm draws its own text and its own stretched gaps."""
+    The client times a gap before every chunk with choices, text or not. At `temperature` 0 both
+    arms generate the same tokens for the same prompts, so their gaps compare; sampled, each arm
+    draws its own text, and a server that sends no chunk for a token without text (a skipped
+    special token, part of a character) stretches a gap over several steps."""
     name = f"run-{time.monotonic_ns()}.json"
     argv = [sys.executable, "-m", "bench.vllm_cli", "bench", "serve", "--backend", "openai-chat",
             "--base-url", url, "--endpoint", "/v1/chat/completions", "--model", model, "--tokenizer", tokenizer,
@@ -136,9 +136,10 @@ def pooled(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "tpot_ms": {"p50": percentile(tpot, 50), "p99": percentile(tpot, 99)},
         "itl_ms": {"p50": percentile(itl, 50), "p99": percentile(itl, 99)},
         "output_tps": statistics.median(run["output_throughput"] for run in runs),
-        # Equal in two arms that generated the same text; lower in the arm whose tokens came
-        # more often without text, whose gaps then span several steps.
-        "text_chunks_per_token": sum(len(gaps) + 1 for _, gaps, _ in done) / tokens if tokens else None,
+        # The chunks the client timed (one gap before each but the first) per output token: equal in
+        # two arms that sent the same chunks; lower where tokens came without a chunk of their own,
+        # whose gaps then span several steps.
+        "chunks_per_token": sum(len(gaps) + 1 for _, gaps, _ in done) / tokens if tokens else None,
     }
 
 
@@ -273,15 +274,15 @@ def markdown(result: dict[str, Any]) -> str:
             f"| {a['itl_ms']['p99']:.1f} / {v['itl_ms']['p99']:.1f} | {a['output_tps']:.1f} / {v['output_tps']:.1f} "
             f"| {p['output_tps_ratio']:.3f} | {met} |")
     failed = sum(p[arm]["failed"] for p in result["points"] for arm in ARMS)
-    lines += ["", f"Failed requests: {failed}.", "", "Chunks with text per output token, app / vLLM (equal when both "
-              "generated the same text; lower where more tokens came without text, whose gaps span several "
-              "steps): " + ", ".join(
+    lines += ["", f"Failed requests: {failed}.", "", "Chunks per output token, app / vLLM (vLLM's client times one gap "
+              "before each chunk; equal when both sent the same chunks, lower where tokens came without a chunk "
+              "of their own, whose gaps span several steps): " + ", ".join(
                   f"{_share(p['app'])} / {_share(p['vllm'])} at {p['concurrency']}" for p in result["points"]) + "."]
     return "\n".join(lines) + "\n"
 
 
 def _share(arm: dict[str, Any]) -> str:
-    return "-" if arm["text_chunks_per_token"] is None else f"{arm['text_chunks_per_token']:.3f}"
+    return "-" if arm["chunks_per_token"] is None else f"{arm['chunks_per_token']:.3f}"
 
 
 def add_vs_vllm_command(sub: argparse._SubParsersAction) -> None:

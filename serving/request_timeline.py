@@ -75,10 +75,9 @@ class RequestTimeline:
         return {**self.stamps, **{series: list(times) for series, times in self.items.items()}}
 
 
-def item_gaps_s(timing: Mapping[str, object], series: str) -> list[float]:
-    """The seconds between consecutive items of one series (`ENGINE_OUTPUTS`, `ROUTER_ITEMS`)
-    of a usage event's timing."""
-    times = timing.get(series) or []
+def gaps_s(times: Sequence[float]) -> list[float]:
+    """The seconds between consecutive times of one series (`ENGINE_OUTPUTS`, `ROUTER_ITEMS`, a
+    client's events)."""
     return [later - earlier for earlier, later in zip(times, times[1:])]
 
 

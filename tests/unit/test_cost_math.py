@@ -12,7 +12,7 @@ from core.price_catalog import PriceCatalog, replica_rate
 from serving import request_timeline
 from serving.engine_activity import EngineActivity
 from serving.request_metering import final_usage, map_events, metered, prompt_tokens_hint, with_timeline
-from serving.request_timeline import ENGINE_OUTPUTS, TIMING_KEY, RequestTimeline, item_gaps_s
+from serving.request_timeline import ENGINE_OUTPUTS, TIMING_KEY, RequestTimeline, gaps_s
 from serving.work_share import WorkShare
 from tests.support import ManualClock
 
@@ -148,7 +148,7 @@ async def test_a_timed_request_carries_the_time_of_every_engine_output(monkeypat
     items = [item async for item in with_timeline(metered_stream, timeline)]
     timing = json.loads(items[-1][len("data: "):])["usage"][TIMING_KEY]
     assert timing[ENGINE_OUTPUTS] == [10.0, 10.05, 10.3] and timing["engine_first_output"] == 10.0
-    assert item_gaps_s(timing, ENGINE_OUTPUTS) == pytest.approx([0.05, 0.25])
+    assert gaps_s(timing[ENGINE_OUTPUTS]) == pytest.approx([0.05, 0.25])
 
 
 async def test_a_dropped_stream_is_still_charged_and_closes_the_clock():

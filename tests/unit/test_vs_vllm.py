@@ -35,13 +35,13 @@ def test_rounds_are_pooled_per_request_in_ms():
     assert summary["tpot_ms"]["p50"] == pytest.approx(20.0)  # (10 + 30) / 2, (20 + 20) / 2, (40 + 40) / 2
     assert summary["itl_ms"]["p99"] == pytest.approx(40.0)
     assert summary["output_tps"] == pytest.approx(60.0)  # the median round
-    assert summary["text_chunks_per_token"] == pytest.approx(1.0)  # 3 chunks for 3 tokens, 3 times
+    assert summary["chunks_per_token"] == pytest.approx(1.0)  # 3 chunks for 3 tokens, 3 times
 
 
-def test_tokens_without_text_show_as_fewer_chunks_than_tokens():
-    # 4 tokens, of which 2 came without text: 2 chunks, and one gap over three steps.
+def test_tokens_without_a_chunk_show_as_fewer_chunks_than_tokens():
+    # 4 tokens, of which 2 came without a chunk of their own: 2 chunks, and one gap over three steps.
     summary = pooled([_run([0.1], [[0.15]], [4], 40.0)])
-    assert summary["text_chunks_per_token"] == pytest.approx(0.5)
+    assert summary["chunks_per_token"] == pytest.approx(0.5)
 
 
 def _arm(ttft_p50, ttft_p99, itl_p99, tps):
