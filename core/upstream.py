@@ -8,8 +8,9 @@ Ray Serve LLM's and vLLM's imports unless they use them. What one command needs 
 internals is imported inside the function below that uses it.
 
 Beyond imports, two places lean on Ray Serve LLM's private behaviour and are the other things
-to check on an upgrade: deployments/pool.py overrides `LLMServer._run_request` and
-`_batch_output_stream`, and deployments/kv_cache_probe.py reads the engine's stat loggers.
+to check on an upgrade: deployments/pool.py overrides `LLMServer._run_request`,
+`_batch_output_stream` and `_start_engine` (`report_llm_usage` below is the rest of Ray's),
+and deployments/kv_cache_probe.py reads the engine's stat loggers.
 autoscaling/control_board.py uses Ray core's `internal_kv` (the pure logic may not import this
 module, which would bring Ray Serve in with it).
 """
@@ -134,6 +135,19 @@ def autoscaler_report() -> dict[str, Any]:
 
     raw = _internal_kv_get(ray_constants.DEBUG_AUTOSCALING_STATUS)
     return (json.loads(raw) if raw else {}).get("autoscaler_report") or {}
+
+
+def report_llm_usage(llm_config: Any) -> None:
+    """What Ray Serve LLM's replica reports to Ray's usage telemetry once its engine started:
+    the model's shape through a detached agent actor (which this call creates, when none
+    runs yet, and waits on), and whether direct streaming is on. Never raises, as Ray's."""
+    from ray._common.usage.usage_lib import TagKey, record_extra_usage_tag
+    from ray.llm._internal.serve.constants import RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING
+    from ray.llm._internal.serve.observability.usage_telemetry.usage import push_telemetry_report_for_all_models
+
+    push_telemetry_report_for_all_models(all_models=[llm_config])
+    if RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING:
+        record_extra_usage_tag(TagKey.LLM_SERVE_DIRECT_STREAMING_ENABLED, "1")
 
 
 def one_actor_running_batches_at_once(batches: int) -> dict[str, Any]:

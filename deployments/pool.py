@@ -16,7 +16,7 @@ from ray.serve.llm.deployment import LLMServer  # Ray 2.58 warns on the `ray.ser
 from autoscaling.control_board import RayControlBoard, concurrency_key, replica_start_key
 from core.config import AdmissionConfig, IdleSleepConfig, StreamBatchingConfig
 from core.price_catalog import ReplicaRate
-from core.upstream import ChatCompletionRequest, CompletionRequest, get_logger
+from core.upstream import ChatCompletionRequest, CompletionRequest, get_logger, report_llm_usage
 from core.wire import ReplicaStats
 from deployments.kv_cache_probe import KvCacheProbe
 from deployments.pool_faults import EngineDied, engine_death_reason
@@ -117,6 +117,17 @@ class PoolServer(LLMServer):
             self._sleep_task = asyncio.create_task(self._sleep.run())
         self._start_s = time.monotonic() - self._constructed_at
         await self._publish_start_time(self._start_s)
+
+    async def _start_engine(self) -> None:
+        """Ray's engine start, less its wait on the usage-telemetry report.
+
+        Ray's pushes the report before it returns, from the replica's event loop: the first
+        replica of a cluster creates a detached agent actor, a Ray worker process of its own,
+        and waits until it answers (4.5 s of a CPU replica's start). The report is the same
+        here, sent from a thread once the engine is up; the replica serves meanwhile.
+        """
+        await self.engine.start()
+        self._usage_report = asyncio.create_task(asyncio.to_thread(report_llm_usage, self._llm_config))
 
     async def _publish_start_time(self, seconds: float) -> None:
         """How long this replica took to serve: what a router tells clients to wait when the
