@@ -86,6 +86,9 @@ time_args=(--config "$config" --set "model.source=$models/llama-8b-shape"
   --set pools.long.engine_kwargs.gpu_memory_utilization=0.2 --set pools.long.kv_cache_gib=20
   --set pools.long.sleep_when_idle.after_s=20 --set pools.long.quantization=fp8
   --set pools.long.max_num_seqs=128)
+# EXTRA_SETS, space-separated DOTTED.KEY=VALUE, adds to those settings: one arm of an A/B
+# (EXTRA_SETS="pools.short.engine_process=ray_worker pools.long.engine_process=ray_worker").
+for extra in ${EXTRA_SETS:-}; do time_args+=(--set "$extra"); done
 
 # Stamps each line of its input with the seconds since it began: a start's timeline, phase by phase.
 export STAMP='import sys, time; t0 = time.monotonic(); [print(f"{time.monotonic() - t0:7.1f} {l}", end="", flush=True) for l in sys.stdin]'
@@ -109,7 +112,9 @@ print(f'failed engine starts: {failed}, of them EADDRINUSE: {collided}')" "$log"
 app_starts() {
   # Each pool's engine alone with plain `vllm serve` (which warms the caches), then the app
   # started STARTS times (default 3: 5 do not fit one 10-minute call) and stopped each time.
-  python3 -m bench start "${time_args[@]}" --starts "${STARTS:-3}" --out "$out" --name "${START_NAME:-start-8b-warm}"
+  # READY_TIMEOUT_S bounds a start that never serves (its console is kept beside the results).
+  python3 -m bench start "${time_args[@]}" --starts "${STARTS:-3}" --ready-timeout-s "${READY_TIMEOUT_S:-900}" \
+    --out "$out" --name "${START_NAME:-start-8b-warm}"
 }
 
 app_stop() {

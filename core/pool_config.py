@@ -115,6 +115,16 @@ class PoolConfig(StrictModel):
         description="Share of one GPU a replica takes, for pools that share a GPU (set "
         "engine_kwargs.gpu_memory_utilization to match); null: whole GPUs, tensor x pipeline parallel.",
     )
+    engine_process: Literal["replica", "ray_worker"] | None = Field(
+        None,
+        description="Where a GPU pool's model runs. `replica`: the engine core and its model worker are "
+        "child processes of the pool's replica, which holds the pool's GPU share, as under plain `vllm "
+        "serve`; the replica builds the engine config itself. `ray_worker`: Ray Serve LLM's own layout, "
+        "the model in a Ray worker of vLLM's Ray executor after a GPU task built the engine config, two "
+        "more processes that each import vLLM before the engine starts; it runs engines spread over "
+        "GPUs. Null: `replica` for an engine on one GPU or a share of one, `ray_worker` for a tensor or "
+        "pipeline parallel engine. CPU pools always run as `replica`.",
+    )
     gpu_memory_gib: PositiveFloat | None = Field(
         None,
         description="GPU memory one replica needs on each GPU it holds (weights, KV cache, "
@@ -203,6 +213,12 @@ class PoolConfig(StrictModel):
                 raise ValueError("gpu_fraction needs a single-GPU engine (tensor and pipeline parallel 1)")
         if self.gpu_memory_gib is not None and self.is_cpu:
             raise ValueError("gpu_memory_gib is for GPU pools; this pool's accelerator is cpu")
+        if self.engine_process == "ray_worker" and self.is_cpu:
+            raise ValueError("engine_process ray_worker is for GPU pools; a CPU pool's engine runs under its replica")
+        if self.engine_process == "replica" and self.units_of_parallelism > 1:
+            raise ValueError(
+                f"engine_process replica runs an engine on one GPU; this one is tensor x pipeline parallel "
+                f"{self.units_of_parallelism} (set engine_process: ray_worker, or null)")
         return self
 
     @model_validator(mode="after")
@@ -242,6 +258,13 @@ class PoolConfig(StrictModel):
         if self.is_cpu:
             return self.resources.get("CPU", 1.0)
         return self.gpu_fraction or float(self.units_of_parallelism)
+
+    @property
+    def engine_in_replica(self) -> bool:
+        """Whether the engine's processes run under the replica (`engine_process`)."""
+        if self.is_cpu:
+            return True
+        return (self.engine_process or ("replica" if self.units_of_parallelism == 1 else "ray_worker")) == "replica"
 
     @property
     def units_of_parallelism(self) -> int:

@@ -9,6 +9,7 @@ from typing import Any
 from ray.serve.deployment import Application
 from ray.serve.llm import LLMConfig, build_llm_deployment
 
+from cluster.node_types import accelerator_resource
 from core.config import REPLICA_ROUTERS, ConfigError, ModelSpec, PoolConfig
 from core.pool_config import GIB
 from core.int8_checkpoint import VLLM_METHOD, W8A8_INT8, prepare_w8a8_int8
@@ -57,6 +58,7 @@ def llm_config_for_pool(
     if pool.kv_cache_gib is not None:
         engine_kwargs["kv_cache_memory_bytes"] = int(pool.kv_cache_gib * GIB)
     placement: dict[str, Any]
+    replica_gpus = 0.0
     env = dict(pool.env)
     env.setdefault(DP_MASTER_PORT_ENV, str(dp_master_port(pool_slot)))
     if pool.is_cpu:
@@ -64,6 +66,15 @@ def llm_config_for_pool(
         placement = {
             "accelerator_config": {"kind": "cpu"},
             "placement_group_config": {"bundles": [dict(pool.resources)]},
+        }
+    elif pool.engine_in_replica:
+        # Ray Serve LLM's local layout, the one its CPU backend has: the replica builds the engine
+        # config and starts vLLM's multiprocess executor, whose processes are its children. The
+        # replica holds the GPU share itself, so Ray shows that GPU to it and with it to them.
+        replica_gpus = pool.units
+        placement = {
+            "accelerator_config": {"kind": "cpu"},
+            "placement_group_config": {"bundles": [{accelerator_resource(pool.accelerator): 0.001}]},
         }
     elif pool.gpu_fraction is not None:
         # Pools sharing a GPU: Ray schedules the fraction, and vLLM's Ray executor must ask for
@@ -85,8 +96,9 @@ def llm_config_for_pool(
             "max_ongoing_requests": ongoing_limit or pool.ongoing_limit,
             "health_check_period_s": pool.health_check_period_s,
             "graceful_shutdown_timeout_s": pool.drain_timeout_s,
-            # The engine's bundle holds the pool's CPUs; the replica actor itself only waits.
-            "ray_actor_options": {"num_cpus": 0},
+            # The engine's bundle holds the pool's CPUs; the replica actor itself only waits (and
+            # holds the GPU share whose engine runs under it).
+            "ray_actor_options": {"num_cpus": 0, **({"num_gpus": replica_gpus} if replica_gpus else {})},
         },
         **placement,
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from core.config import CONFIG_DIR, ConfigError, TrilemmaConfig
-from deployments.pool import choose_engine_dtype
+from deployments.pool import PoolServer, choose_engine_dtype
 from deployments.pool_deployment import deployment_name, llm_config_for_pool
 from serve_app.app import app_builder, build_app
 
@@ -35,9 +35,43 @@ def test_cpu_engines_compile_without_the_aot_cache_that_never_loads_unless_the_p
 def test_gpu_pool_names_its_accelerator():
     config = TrilemmaConfig.from_yaml(CONFIG_DIR / "gpu.yaml")
     llm = llm_config_for_pool("long", config.pools["long"], config.model, config.model.source)
-    assert llm.accelerator_type == "H100"
+    assert llm.placement_group_config == {"bundles": [{"accelerator_type:H100": 0.001}]}
     assert llm.engine_kwargs["max_model_len"] == 32768
     assert llm.engine_kwargs["enable_chunked_prefill"] is True
+
+
+def test_a_single_gpu_engine_runs_under_its_replica_which_holds_the_gpu():
+    config = TrilemmaConfig.from_yaml(CONFIG_DIR / "gpu.yaml")
+    pool = config.pools["long"]
+    llm = llm_config_for_pool("long", pool, config.model, "/m")
+    # Ray Serve LLM's local layout: the config built in the replica, vLLM's multiprocess executor.
+    assert llm.accelerator_config.kind == "cpu" and llm.accelerator_type is None
+    options = PoolServer.get_deployment_options(llm)
+    assert options["ray_actor_options"]["num_gpus"] == 1
+    assert options["placement_group_bundles"] == [{"accelerator_type:H100": 0.001, "CPU": 0, "GPU": 1}]
+    assert llm.get_engine_config().get_initialization_kwargs()["distributed_executor_backend"] == "mp"
+
+
+def test_a_tensor_parallel_engine_runs_in_rays_workers_as_ray_serve_llm_lays_it_out():
+    raw = TrilemmaConfig.from_yaml(CONFIG_DIR / "gpu.yaml").model_dump(mode="json")
+    raw["pools"]["long"]["engine_kwargs"]["tensor_parallel_size"] = 2
+    config = TrilemmaConfig.from_dict(raw)
+    llm = llm_config_for_pool("long", config.pools["long"], config.model, "/m")
+    assert llm.accelerator_type == "H100" and llm.accelerator_config.kind == "gpu"
+    assert "num_gpus" not in PoolServer.get_deployment_options(llm)["ray_actor_options"]
+    raw["pools"]["long"]["engine_process"] = "replica"
+    with pytest.raises(ConfigError, match="engine_process replica runs an engine on one GPU; this one is tensor x pipeline parallel 2"):
+        TrilemmaConfig.from_dict(raw)
+
+
+def test_a_pool_can_keep_ray_serve_llms_own_layout_on_one_gpu():
+    raw = TrilemmaConfig.from_yaml(CONFIG_DIR / "gpu-h200.yaml").model_dump(mode="json")
+    raw["pools"]["short"]["engine_process"] = "ray_worker"
+    config = TrilemmaConfig.from_dict(raw)
+    llm = llm_config_for_pool("short", config.pools["short"], config.model, "/m")
+    assert llm.accelerator_type == "H200"
+    assert llm.placement_group_config == {"bundles": [{"GPU": 0.45}]}
+    assert llm.runtime_env["env_vars"]["VLLM_RAY_PER_WORKER_GPUS"] == "0.45"
 
 
 def test_a_gpu_pool_that_sleeps_when_idle_starts_its_engine_with_sleep_mode():
@@ -136,9 +170,7 @@ def test_the_proxy_sheds_a_flood_with_429_before_the_routers():
 def test_pools_sharing_a_gpu_ask_ray_and_vllm_for_their_share():
     config = TrilemmaConfig.from_yaml(CONFIG_DIR / "gpu-h200.yaml")
     llm = llm_config_for_pool("short", config.pools["short"], config.model, "/models/any")
-    assert llm.accelerator_type == "H200"
-    assert llm.placement_group_config == {"bundles": [{"GPU": 0.45}]}
-    assert llm.runtime_env["env_vars"]["VLLM_RAY_PER_WORKER_GPUS"] == "0.45"
+    assert PoolServer.get_deployment_options(llm)["ray_actor_options"]["num_gpus"] == 0.45
     assert llm.engine_kwargs["load_format"] == "dummy"
     # Each pool's engine gets its own port range: two starting at once collide otherwise.
     ports = {llm_config_for_pool(name, pool, config.model, "/m").runtime_env["env_vars"]["VLLM_PORT"]
@@ -195,3 +227,10 @@ def test_an_int8_pool_loads_the_checkpoint_derived_from_the_models_folder(tmp_pa
         .model_source == str(source)
     with pytest.raises(ConfigError, match="pools.long.quantization w8a8-int8 is derived from a local checkpoint"):
         llm_config_for_pool("long", config.pools["long"], config.model, "HuggingFaceTB/SmolLM2-135M-Instruct")
+
+
+def test_a_cpu_pool_has_no_ray_worker_layout():
+    raw = TrilemmaConfig.from_yaml(CONFIG_DIR / "local-cpu.yaml").model_dump(mode="json")
+    raw["pools"]["long"]["engine_process"] = "ray_worker"
+    with pytest.raises(ConfigError, match="engine_process ray_worker is for GPU pools"):
+        TrilemmaConfig.from_dict(raw)
