@@ -69,7 +69,7 @@ def pool_deployment_options(config: TrilemmaConfig, pool: str) -> dict[str, Any]
     options = PoolServer.get_deployment_options(llm_config)
     return {"name": deployment_name(pool), "placement_group_bundles": options["placement_group_bundles"],
             "placement_group_strategy": options["placement_group_strategy"],
-            "ray_actor_options": {"num_cpus": options["ray_actor_options"].get("num_cpus", 0)}}
+            "ray_actor_options": {key: options["ray_actor_options"].get(key, 0) for key in ("num_cpus", "num_gpus")}}
 
 
 class Recorder:
