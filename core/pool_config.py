@@ -10,7 +10,8 @@ from core.config_base import StrictModel
 from core.model_spec import ModelSpec
 
 # Settings with a field of their own; repeating them in engine_kwargs would give two truths.
-_OWNED_ENGINE_KWARGS = ("max_model_len", "max_num_seqs", "quantization", "enable_sleep_mode", "kv_cache_memory_bytes")
+_OWNED_ENGINE_KWARGS = ("max_model_len", "max_num_seqs", "quantization", "enable_sleep_mode", "kv_cache_memory_bytes",
+                        "distributed_executor_backend")  # engine_process
 GIB = 1 << 30
 # Real-time, quality, cost, batch: each class below may fill less of a replica's queue.
 DEFAULT_QUEUE_SHARE = {0: 1.0, 1: 0.75, 2: 0.5, 3: 0.25}

@@ -123,11 +123,18 @@ class PoolServer(LLMServer):
 
         Ray's pushes the report before it returns, from the replica's event loop: the first
         replica of a cluster creates a detached agent actor, a Ray worker process of its own,
-        and waits until it answers (4.5 s of a CPU replica's start). The report is the same
-        here, sent from a thread once the engine is up; the replica serves meanwhile.
+        and waits until it answers (4.5 s of a CPU replica's start, about 8.5 s of an H200's,
+        bench/results/start-cpu-telemetry-ab). The report is the same here, sent from a thread
+        once the engine is up; the replica serves meanwhile.
         """
         await self.engine.start()
-        self._usage_report = asyncio.create_task(asyncio.to_thread(report_llm_usage, self._llm_config))
+        self._usage_report = asyncio.create_task(asyncio.to_thread(self._report_usage))
+
+    def _report_usage(self) -> None:
+        try:
+            report_llm_usage(self._llm_config)
+        except Exception as error:  # telemetry never stops a replica; a Ray upgrade may break it
+            logger.warning("Pool %s: Ray's usage report was not sent: %r", self._pool_name, error)
 
     async def _publish_start_time(self, seconds: float) -> None:
         """How long this replica took to serve: what a router tells clients to wait when the

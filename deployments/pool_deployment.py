@@ -96,8 +96,8 @@ def llm_config_for_pool(
             "max_ongoing_requests": ongoing_limit or pool.ongoing_limit,
             "health_check_period_s": pool.health_check_period_s,
             "graceful_shutdown_timeout_s": pool.drain_timeout_s,
-            # The engine's bundle holds the pool's CPUs; the replica actor itself only waits (and
-            # holds the GPU share whose engine runs under it).
+            # The engine's bundle holds what it runs on (a CPU pool's CPUs); the replica actor
+            # takes no CPU, and on a GPU holds the share whose engine runs under it.
             "ray_actor_options": {"num_cpus": 0, **({"num_gpus": replica_gpus} if replica_gpus else {})},
         },
         **placement,

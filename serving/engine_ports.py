@@ -8,9 +8,16 @@ engines that start together fails with EADDRINUSE once the first has bound it (v
 #53666; Ray Serve restarted the failed replica about 60 s later, on every start of the app on
 an H200).
 
-The variable must be in the pool's runtime environment, set when the app is built: on a GPU,
-Ray Serve LLM creates the engine's config (where vLLM reads it) in a Ray task of its own, which
-gets the pool's runtime environment and nothing of the replica's process.
+The variable must be in the pool's runtime environment, set when the app is built: in that
+layout (`engine_process: ray_worker`) Ray Serve LLM creates the engine's config (where vLLM reads
+it) in a Ray task of its own, which gets the pool's runtime environment and nothing of the
+replica's process.
+
+An engine under its replica (vLLM's multiprocess executor, every CPU pool and by default a GPU
+pool) takes its torch.distributed port from vLLM's `get_open_port`: a port the kernel picks, or,
+where the pool's env sets VLLM_PORT, the first free one from there up. Pools that set it need
+ranges apart (as gpu-h200.yaml's do); replicas of one such pool that start together on one node
+scan the same range.
 """
 
 from __future__ import annotations

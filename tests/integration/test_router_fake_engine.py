@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 
@@ -172,22 +171,3 @@ def test_the_routers_pool_watch_reads_the_replicas_serve_reports(client):
     assert count_replicas(states["pool-short"]) == (1, 0)
     assert serve_replica_states("no-such-app") == {}
 
-
-def test_rays_usage_report_still_reaches_its_agent_after_the_replicas_started(fake_app_url):
-    """The pools send it from a thread once their engine started (PoolServer._start_engine)."""
-    import ray
-    from ray.llm._internal.serve.observability.usage_telemetry.usage import (
-        LLM_SERVE_TELEMETRY_ACTOR_NAME, LLM_SERVE_TELEMETRY_NAMESPACE, TelemetryTags,
-    )
-
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            agent = ray.get_actor(LLM_SERVE_TELEMETRY_ACTOR_NAME, namespace=LLM_SERVE_TELEMETRY_NAMESPACE)
-            report = ray.get(agent.generate_report.remote(), timeout=30)
-            if report[TelemetryTags.LLM_SERVE_MODELS]:
-                break
-        except ValueError:  # no agent yet
-            pass
-        assert time.monotonic() < deadline, "no pool replica reported its model to Ray's usage telemetry"
-        time.sleep(0.5)

@@ -167,10 +167,13 @@ def test_the_proxy_sheds_a_flood_with_429_before_the_routers():
     assert router._deployment_config.backpressure_config.status_code == 429
 
 
-def test_pools_sharing_a_gpu_ask_ray_and_vllm_for_their_share():
+def test_pools_sharing_a_gpu_hold_their_share_in_the_replica():
     config = TrilemmaConfig.from_yaml(CONFIG_DIR / "gpu-h200.yaml")
     llm = llm_config_for_pool("short", config.pools["short"], config.model, "/models/any")
-    assert PoolServer.get_deployment_options(llm)["ray_actor_options"]["num_gpus"] == 0.45
+    options = PoolServer.get_deployment_options(llm)
+    assert options["ray_actor_options"]["num_gpus"] == 0.45
+    assert options["placement_group_bundles"] == [{"accelerator_type:H200": 0.001, "CPU": 0, "GPU": 0.45}]
+    assert "VLLM_RAY_PER_WORKER_GPUS" not in llm.runtime_env["env_vars"]  # no Ray worker to size
     assert llm.engine_kwargs["load_format"] == "dummy"
     # Each pool's engine gets its own port range: two starting at once collide otherwise.
     ports = {llm_config_for_pool(name, pool, config.model, "/m").runtime_env["env_vars"]["VLLM_PORT"]
@@ -227,6 +230,13 @@ def test_an_int8_pool_loads_the_checkpoint_derived_from_the_models_folder(tmp_pa
         .model_source == str(source)
     with pytest.raises(ConfigError, match="pools.long.quantization w8a8-int8 is derived from a local checkpoint"):
         llm_config_for_pool("long", config.pools["long"], config.model, "HuggingFaceTB/SmolLM2-135M-Instruct")
+
+
+def test_the_executor_is_the_pools_engine_process_not_an_engine_argument():
+    raw = TrilemmaConfig.from_yaml(CONFIG_DIR / "gpu.yaml").model_dump(mode="json")
+    raw["pools"]["long"]["engine_kwargs"]["distributed_executor_backend"] = "ray"
+    with pytest.raises(ConfigError, match=r"engine_kwargs must not set \['distributed_executor_backend'\]"):
+        TrilemmaConfig.from_dict(raw)
 
 
 def test_a_cpu_pool_has_no_ray_worker_layout():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from types import SimpleNamespace
 
@@ -25,7 +26,8 @@ def test_the_engine_start_ends_before_the_usage_report_is_answered(monkeypatch):
         async def start(self):
             started.append(True)
 
-    replica = SimpleNamespace(engine=Engine(), _llm_config="the pool's LLMConfig")
+    replica = SimpleNamespace(engine=Engine(), _llm_config="the pool's LLMConfig", _pool_name="short")
+    replica._report_usage = lambda: PoolServer._report_usage(replica)
 
     async def start_then_answer():
         await asyncio.wait_for(PoolServer._start_engine(replica), timeout=5)
@@ -35,3 +37,14 @@ def test_the_engine_start_ends_before_the_usage_report_is_answered(monkeypatch):
 
     asyncio.run(start_then_answer())
     assert reported == ["the pool's LLMConfig"]
+
+
+def test_a_usage_report_that_fails_is_logged_and_the_replica_goes_on(monkeypatch, caplog):
+    def broken_report(llm_config):
+        raise ImportError("Ray moved its telemetry")
+
+    monkeypatch.setattr(pool_module, "report_llm_usage", broken_report)
+    replica = SimpleNamespace(_llm_config="the pool's LLMConfig", _pool_name="short")
+    with caplog.at_level(logging.WARNING):
+        PoolServer._report_usage(replica)
+    assert "Pool short: Ray's usage report was not sent: ImportError('Ray moved its telemetry')" in caplog.text
