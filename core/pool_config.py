@@ -262,10 +262,13 @@ class PoolConfig(StrictModel):
 
     @property
     def engine_in_replica(self) -> bool:
-        """Whether the engine's processes run under the replica (`engine_process`)."""
+        """Whether the engine's processes run under the replica (`engine_process`; unset, an
+        engine on one GPU does)."""
         if self.is_cpu:
             return True
-        return (self.engine_process or ("replica" if self.units_of_parallelism == 1 else "ray_worker")) == "replica"
+        if self.engine_process is not None:
+            return self.engine_process == "replica"
+        return self.units_of_parallelism == 1
 
     @property
     def units_of_parallelism(self) -> int:

@@ -140,7 +140,8 @@ def autoscaler_report() -> dict[str, Any]:
 def report_llm_usage(llm_config: Any) -> None:
     """What Ray Serve LLM's replica reports to Ray's usage telemetry once its engine started:
     the model's shape through a detached agent actor (which this call creates, when none
-    runs yet, and waits on), and whether direct streaming is on. Never raises, as Ray's."""
+    runs yet, and waits on), and whether direct streaming is on. Ray's push logs its own
+    failures; an import that a Ray upgrade broke raises."""
     from ray._common.usage.usage_lib import TagKey, record_extra_usage_tag
     from ray.llm._internal.serve.constants import RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING
     from ray.llm._internal.serve.observability.usage_telemetry.usage import push_telemetry_report_for_all_models
