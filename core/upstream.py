@@ -10,7 +10,8 @@ internals is imported inside the function below that uses it.
 Beyond imports, two places lean on Ray Serve LLM's private behaviour and are the other things
 to check on an upgrade: deployments/pool.py overrides `LLMServer._run_request`,
 `_batch_output_stream` and `_start_engine` (`report_llm_usage` below is the rest of Ray's),
-and deployments/kv_cache_probe.py reads the engine's stat loggers.
+deployments/pool_engine.py overrides `VLLMEngine._prepare_engine_config`, and
+deployments/kv_cache_probe.py reads the engine's stat loggers.
 autoscaling/control_board.py uses Ray core's `internal_kv` (the pure logic may not import this
 module, which would bring Ray Serve in with it).
 """
@@ -34,6 +35,7 @@ _PRIVATE: dict[str, tuple[str | tuple[str, ...], str]] = {
         "CompletionResponse", "CompletionStreamResponse", "ErrorResponse", "ModelCard", "ModelList",
         "OpenAIHTTPException", "to_model_metadata")},
     "LLMEngine": (f"{_RAY_LLM}.core.engine.protocol", "LLMEngine"),
+    "VLLMEngine": (f"{_RAY_LLM}.engines.vllm.vllm_engine", "VLLMEngine"),
     "OpenAiIngress": (f"{_RAY_LLM}.core.ingress.ingress", "OpenAiIngress"),
     "make_fastapi_ingress": (f"{_RAY_LLM}.core.ingress.ingress", "make_fastapi_ingress"),
     "new_ingress_app": (f"{_RAY_LLM}.core.ingress.ingress", "init"),

@@ -10,6 +10,13 @@ import time
 from typing import Any, AsyncGenerator, Callable
 
 from ray import serve
+
+from serving.engine_preload import begin_if_pool_replica
+
+# First, before this module imports vLLM (with Ray Serve LLM): in a pool replica, the engine
+# core's forkserver imports vLLM while the replica does.
+begin_if_pool_replica()
+
 from ray.serve.llm import LLMConfig
 from ray.serve.llm.deployment import LLMServer  # Ray 2.58 warns on the `ray.serve.llm` alias
 
@@ -19,6 +26,7 @@ from core.price_catalog import ReplicaRate
 from core.upstream import ChatCompletionRequest, CompletionRequest, get_logger, report_llm_usage
 from core.wire import ReplicaStats
 from deployments.kv_cache_probe import KvCacheProbe
+from deployments.pool_engine import PoolEngine
 from deployments.pool_faults import EngineDied, engine_death_reason
 from deployments.serving_metrics import PoolMetrics
 from serving.admission import AdmissionPolicy, request_priority
@@ -87,6 +95,8 @@ class PoolServer(LLMServer):
             AdmissionPolicy.from_config(AdmissionConfig(**admission), max_in_engine),
             on_shed=self._metrics.shed,
         )
+        # vLLM's engine with plain vLLM's process layout, unless a test gives another engine.
+        kwargs["engine_cls"] = kwargs.get("engine_cls") or PoolEngine
         await super().__init__(llm_config, **kwargs)
 
     async def start(self) -> None:

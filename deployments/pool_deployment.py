@@ -19,6 +19,7 @@ from deployments.model_files import DownloadOnlyRemoteModels
 from deployments.pool import PoolServer
 from serving.cpu_engine import CPU_ENGINE_ENV
 from serving.engine_ports import DP_MASTER_PORT_ENV, dp_master_port
+from serving.engine_preload import PRELOAD_ENV
 
 
 def deployment_name(pool_name: str) -> str:
@@ -125,6 +126,11 @@ def build_pool_deployment(
     }
     if engine_cls is not None:
         bind_kwargs["engine_cls"] = engine_cls
+    elif pool.engine_in_replica:
+        # vLLM's engine core, forked in the replica's process tree (serving.engine_preload).
+        runtime_env = dict(llm_config.runtime_env or {})
+        runtime_env["env_vars"] = {**runtime_env.get("env_vars", {}), PRELOAD_ENV: "1"}
+        llm_config = llm_config.model_copy(update={"runtime_env": runtime_env})
     return build_llm_deployment(
         llm_config,
         bind_kwargs=bind_kwargs,

@@ -4,7 +4,7 @@ A Serve replica (or a `vllm serve`) starts its engine as a child process. vLLM's
 runs in a process group of its own and does not watch its parent, so when the replica dies the
 engine lives on, holding its memory and KV cache, adopted by the nearest subreaper: Ray's
 raylet (its workers' subreaper), the driver that started Ray (one too), or init. An engine whose
-parent is one of those has lost its replica.
+parent is one of those, or a forkserver whose parent is, has lost its replica.
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ ENGINE_PREFIX = "VLLM::"
 ENGINE_CORE_NAME = "VLLM::EngineCore"[:15]
 RAY_DAEMONS = ("raylet", "gcs_server")
 HAPROXY_NAME = "haproxy"
+# What Python's forkserver runs (its command line).
+FORKSERVER_MAIN = "from multiprocessing.forkserver import main"
 
 
 def engine_processes() -> list[psutil.Process]:
@@ -50,11 +52,22 @@ def orphaned_haproxies() -> list[psutil.Process]:
 def _adopted(engine: psutil.Process) -> bool:
     try:
         parent = engine.parent()
+        if parent is not None and _is_forkserver(parent):
+            # A replica's engine core is the child of its forkserver (serving.engine_preload),
+            # which lives on with it when the replica dies.
+            return _adopted(parent)
         if parent is None or parent.pid == 1:
             return True
         return _name(parent) in RAY_DAEMONS or any(_name(c) in RAY_DAEMONS for c in parent.children())
     except psutil.Error:
         return False  # gone meanwhile: it holds nothing
+
+
+def _is_forkserver(process: psutil.Process) -> bool:
+    try:
+        return FORKSERVER_MAIN in " ".join(process.cmdline())
+    except psutil.Error:
+        return False
 
 
 def _name(process: psutil.Process) -> str:

@@ -23,18 +23,23 @@ RAYLET = textwrap.dedent("""
     ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)
     setproctitle.setproctitle("raylet")
     engine = ("import setproctitle, time; setproctitle.setproctitle('%s'); time.sleep(120)")
-    replica = ("import subprocess, sys, time; print(subprocess.Popen([sys.executable, '-c', %r]).pid, "
-               "flush=True); time.sleep(120)" % engine)
+    replica = (REPLICA % engine)
     print(subprocess.Popen([sys.executable, "-c", replica]).pid, flush=True)
     time.sleep(120)
 """)
+# The replica starts its engine as a child of its own, or (serving.engine_preload) forked from a
+# forkserver of its own.
+CHILD = ("import subprocess, sys, time; print(subprocess.Popen([sys.executable, '-c', %r]).pid, "
+         "flush=True); time.sleep(120)")
+FORKSERVER = ("import multiprocessing, time; engine = multiprocessing.get_context('forkserver').Process("
+              "target=exec, args=(%r,)); engine.start(); print(engine.pid, flush=True); time.sleep(120)")
 
 
 @pytest.fixture
 def raylet_replica_engine(request):
-    title = getattr(request, "param", "VLLM::EngineCore")
-    raylet = subprocess.Popen([sys.executable, "-c", RAYLET.replace("'%s'", repr(title))], stdout=subprocess.PIPE,
-                              text=True)
+    title, replica = getattr(request, "param", ("VLLM::EngineCore", CHILD))
+    script = RAYLET.replace("'%s'", repr(title)).replace("REPLICA", repr(replica))
+    raylet = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     replica_pid, engine_pid = int(raylet.stdout.readline()), int(raylet.stdout.readline())
     yield raylet, psutil.Process(replica_pid), engine_pid
     for pid in (engine_pid, replica_pid, raylet.pid):
@@ -66,7 +71,20 @@ def test_an_engine_adopted_after_its_replica_died_is_orphaned(raylet_replica_eng
     assert engine_pid in {p.pid for p in orphaned_engines()}
 
 
-@pytest.mark.parametrize("raylet_replica_engine", ["haproxy"], indirect=True)
+@pytest.mark.parametrize("raylet_replica_engine", [("VLLM::EngineCore", FORKSERVER)], indirect=True)
+def test_an_engine_forked_by_its_replicas_forkserver_is_orphaned_once_the_replica_died(raylet_replica_engine):
+    raylet, replica, engine_pid = raylet_replica_engine
+    assert _until(lambda: [p.pid for p in engine_cores_under(replica)] == [engine_pid])
+    assert engine_pid not in {p.pid for p in orphaned_engines()}
+    forkserver = psutil.Process(engine_pid).parent()
+    assert forkserver.pid != replica.pid
+    replica.kill()
+    # The forkserver lives on while the engine does (it holds the server's lifeline), adopted.
+    assert _until(lambda: forkserver.ppid() == raylet.pid)
+    assert engine_pid in {p.pid for p in orphaned_engines()}
+
+
+@pytest.mark.parametrize("raylet_replica_engine", [("haproxy", CHILD)], indirect=True)
 def test_haproxy_adopted_after_its_actor_died_is_orphaned(raylet_replica_engine):
     raylet, manager, haproxy_pid = raylet_replica_engine
     assert _until(lambda: psutil.Process(haproxy_pid).name() == "haproxy")

@@ -1,0 +1,56 @@
+"""The vLLM engine of a pool replica: Ray Serve LLM's, with plain vLLM's process layout for an
+engine on one GPU, and its engine core forked from a process that has imported vLLM."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from core.upstream import VLLMEngine
+from serving.engine_preload import forked_engine_core
+
+# vLLM's executors: the model worker in the engine core process, or in processes of its own.
+IN_ENGINE_CORE = "uni"
+WORKER_PROCESSES = "mp"
+
+
+class PoolEngine(VLLMEngine):
+    """Ray Serve LLM's vLLM engine, whose model runs in the engine core process when the engine
+    has one worker on a GPU, as under plain `vllm serve`.
+
+    An engine under its replica (`engine_process: replica`) takes Ray Serve LLM's local layout,
+    and Ray names vLLM's multiprocess executor for every engine of that layout because its CPU
+    backend needs one (vLLM's CPU worker sets its OpenMP threads up in a process of its own). On
+    a GPU that executor adds one process between the engine core and the model, which imports
+    vLLM again before the model loads: 18 s of an H200's start
+    (bench/results/gpu-h200/start-8b-replica-phases.txt). Plain vLLM uses its in-process
+    executor there; so does this engine. Tensor or pipeline parallel engines, and CPU engines,
+    keep the executor they were given.
+    """
+
+    def _prepare_engine_config(self, callback_ctx: Any) -> tuple[Any, Any, Any]:
+        engine_args, frontend_args, vllm_config = super()._prepare_engine_config(callback_ctx)
+        if runs_worker_in_engine_core(vllm_config.parallel_config, on_cpu=_on_cpu()):
+            # Set before the executor class is chosen from it (AsyncLLM) and the engine core
+            # process starts; the arguments carry it too, as vLLM's own would.
+            vllm_config.parallel_config.distributed_executor_backend = IN_ENGINE_CORE
+            engine_args.distributed_executor_backend = IN_ENGINE_CORE
+        return engine_args, frontend_args, vllm_config
+
+    def _start_async_llm_engine(self, *args: Any, **kwargs: Any) -> Any:
+        # The engine core's process starts in here (serving.engine_preload says why forked).
+        with forked_engine_core():
+            return super()._start_async_llm_engine(*args, **kwargs)
+
+
+def runs_worker_in_engine_core(parallel_config: Any, *, on_cpu: bool) -> bool:
+    """Whether an engine given the multiprocess executor should run its worker in the engine
+    core instead: one worker (no tensor, pipeline or data parallelism), not on a CPU."""
+    return (not on_cpu
+            and parallel_config.distributed_executor_backend == WORKER_PROCESSES
+            and parallel_config.world_size_across_dp == 1)
+
+
+def _on_cpu() -> bool:
+    from vllm.platforms import current_platform
+
+    return current_platform.is_cpu()

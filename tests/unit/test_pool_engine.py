@@ -1,0 +1,50 @@
+"""A pool's vLLM engine keeps plain vLLM's process layout: one GPU worker runs in the engine core."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from core.config import CONFIG_DIR, TrilemmaConfig
+from deployments import pool_engine
+from deployments.pool_deployment import llm_config_for_pool
+from deployments.pool_engine import PoolEngine, runs_worker_in_engine_core
+
+
+@pytest.mark.parametrize(("backend", "world_size", "on_cpu", "expected"), [
+    ("mp", 1, False, True),   # one GPU worker: in the engine core, as plain vLLM has it
+    ("mp", 1, True, False),   # vLLM's CPU worker needs a process of its own
+    ("mp", 2, False, False),  # tensor, pipeline or data parallel: a process per worker
+    ("ray", 1, False, False),  # the Ray layout (engine_process: ray_worker) keeps Ray's executor
+])
+def test_which_engines_run_their_worker_in_the_engine_core(backend, world_size, on_cpu, expected):
+    parallel = SimpleNamespace(distributed_executor_backend=backend, world_size_across_dp=world_size)
+    assert runs_worker_in_engine_core(parallel, on_cpu=on_cpu) is expected
+
+
+@pytest.fixture(scope="module")
+def engine(embedded_model_dir) -> PoolEngine:
+    """The engine of a pool under its replica, with a real vLLM config built here (on the CPU)."""
+    config = TrilemmaConfig.from_yaml(CONFIG_DIR / "local-cpu.yaml")
+    return PoolEngine(llm_config_for_pool("short", config.pools["short"], config.model, str(embedded_model_dir)))
+
+
+def test_a_single_gpu_engine_gets_vllms_in_process_executor(engine, monkeypatch):
+    from vllm.v1.executor.abstract import Executor
+    from vllm.v1.executor.uniproc_executor import UniProcExecutor
+
+    monkeypatch.setattr(pool_engine, "_on_cpu", lambda: False)
+    engine_args, _, vllm_config = engine._prepare_engine_config(callback_ctx=None)
+    assert vllm_config.parallel_config.distributed_executor_backend == "uni"
+    assert engine_args.distributed_executor_backend == "uni"
+    assert Executor.get_class(vllm_config) is UniProcExecutor
+
+
+def test_a_cpu_engine_keeps_the_multiprocess_executor_its_worker_needs(engine):
+    from vllm.v1.executor.abstract import Executor
+    from vllm.v1.executor.multiproc_executor import MultiprocExecutor
+
+    _, _, vllm_config = engine._prepare_engine_config(callback_ctx=None)
+    assert vllm_config.parallel_config.distributed_executor_backend == "mp"
+    assert Executor.get_class(vllm_config) is MultiprocExecutor
