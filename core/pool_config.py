@@ -118,9 +118,10 @@ class PoolConfig(StrictModel):
     )
     engine_process: Literal["replica", "ray_worker"] | None = Field(
         None,
-        description="Where a GPU pool's model runs. `replica`: the engine core and its model worker are "
-        "child processes of the pool's replica, which holds the pool's GPU share, as under plain `vllm "
-        "serve`; the replica builds the engine config itself. `ray_worker`: Ray Serve LLM's own layout, "
+        description="Where a GPU pool's model runs. `replica`: in vLLM's engine core, a process under the "
+        "pool's replica, which holds the pool's GPU share, as under plain `vllm serve`; the replica builds "
+        "the engine config itself and forks the engine core from a process that imported vLLM while the "
+        "replica started. `ray_worker`: Ray Serve LLM's own layout, "
         "the model in a Ray worker of vLLM's Ray executor after a GPU task built the engine config, two "
         "more processes that each import vLLM before the engine starts; it runs engines spread over "
         "GPUs. Null: `replica` for an engine on one GPU or a share of one, `ray_worker` for a tensor or "

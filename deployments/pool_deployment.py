@@ -70,8 +70,8 @@ def llm_config_for_pool(
         }
     elif pool.engine_in_replica:
         # Ray Serve LLM's local layout, the one its CPU backend has: the replica builds the engine
-        # config and starts vLLM's multiprocess executor, whose processes are its children. The
-        # replica holds the GPU share itself, so Ray shows that GPU to it and with it to them.
+        # config and starts the engine core (deployments.pool_engine), which runs the model itself.
+        # The replica holds the GPU share, so Ray shows that GPU to it and with it to the engine.
         replica_gpus = pool.units
         placement = {
             "accelerator_config": {"kind": "cpu"},

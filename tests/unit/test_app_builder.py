@@ -44,7 +44,8 @@ def test_a_single_gpu_engine_runs_under_its_replica_which_holds_the_gpu():
     config = TrilemmaConfig.from_yaml(CONFIG_DIR / "gpu.yaml")
     pool = config.pools["long"]
     llm = llm_config_for_pool("long", pool, config.model, "/m")
-    # Ray Serve LLM's local layout: the config built in the replica, vLLM's multiprocess executor.
+    # Ray Serve LLM's local layout: the config built in the replica. Ray names vLLM's multiprocess
+    # executor; PoolEngine runs one GPU's worker in the engine core instead (test_pool_engine).
     assert llm.accelerator_config.kind == "cpu" and llm.accelerator_type is None
     options = PoolServer.get_deployment_options(llm)
     assert options["ray_actor_options"]["num_gpus"] == 1
