@@ -1,13 +1,13 @@
 """The processes of an app on this machine, found by the titles Ray gives them
 (`ray::ServeReplica:<app>:<deployment>`, `ray::ServeController`), Ray's own daemons by name,
-and vLLM's engines by theirs (serving/engine_processes.py). The chaos benchmark kills them;
-the soak watches their memory."""
+vLLM's engines by theirs and a replica's forkserver by its command (serving/engine_processes.py).
+The chaos benchmark kills them; the soak watches their memory."""
 
 from __future__ import annotations
 
 import psutil
 
-from serving.engine_processes import ENGINE_PREFIX, RAY_DAEMONS
+from serving.engine_processes import ENGINE_PREFIX, FORKSERVER_MAIN, RAY_DAEMONS
 
 
 def replica_processes(app: str, deployment: str) -> list[psutil.Process]:
@@ -21,9 +21,11 @@ def ray_processes() -> list[psutil.Process]:
 
 
 def serving_processes() -> list[psutil.Process]:
-    """Everything that serves: Ray's daemons, workers and actors, and the engines."""
+    """Everything that serves: Ray's daemons, workers and actors, the engines and the replicas'
+    forkservers (serving/engine_preload.py)."""
     return [p for p in psutil.process_iter(["name", "cmdline"])
-            if name_of(p) in RAY_DAEMONS or name_of(p).startswith(ENGINE_PREFIX) or "ray::" in title_of(p)]
+            if name_of(p) in RAY_DAEMONS or name_of(p).startswith(ENGINE_PREFIX) or "ray::" in title_of(p)
+            or FORKSERVER_MAIN in title_of(p)]
 
 
 def label_of(process: psutil.Process) -> str:
@@ -31,6 +33,8 @@ def label_of(process: psutil.Process) -> str:
     title = title_of(process)
     if "ray::" in title:
         return title.split("ray::", 1)[1].split()[0]
+    if FORKSERVER_MAIN in title:
+        return "forkserver"
     return name_of(process)
 
 

@@ -67,6 +67,10 @@ class PoolServer(LLMServer):
     first token was seen on CPU); paying it here keeps it away from users.
     """
 
+    # vLLM's engine with plain vLLM's process layout, unless the deployment binds another
+    # (`engine_cls`: tests' fake engine) or Ray's RAYLLM_VLLM_ENGINE_CLS names one.
+    _default_engine_cls = PoolEngine
+
     async def __init__(
         self, llm_config: LLMConfig, *, pool_name: str, replica_rate: dict, admission: dict,
         max_in_engine: int, max_in_engine_ceiling: int | None = None, cpu_niceness: int | None = None,
@@ -95,8 +99,6 @@ class PoolServer(LLMServer):
             AdmissionPolicy.from_config(AdmissionConfig(**admission), max_in_engine),
             on_shed=self._metrics.shed,
         )
-        # vLLM's engine with plain vLLM's process layout, unless a test gives another engine.
-        kwargs["engine_cls"] = kwargs.get("engine_cls") or PoolEngine
         await super().__init__(llm_config, **kwargs)
 
     async def start(self) -> None:

@@ -126,10 +126,11 @@ def build_pool_deployment(
     }
     if engine_cls is not None:
         bind_kwargs["engine_cls"] = engine_cls
-    elif pool.engine_in_replica:
-        # vLLM's engine core, forked in the replica's process tree (serving.engine_preload).
+    elif pool.engine_in_replica and not pool.is_cpu:
+        # The engine core forked from a server that imports vLLM beside the replica
+        # (serving.engine_preload); the pool's env may say otherwise, as a CPU pool's may ask for it.
         runtime_env = dict(llm_config.runtime_env or {})
-        runtime_env["env_vars"] = {**runtime_env.get("env_vars", {}), PRELOAD_ENV: "1"}
+        runtime_env["env_vars"] = {PRELOAD_ENV: "1", **runtime_env.get("env_vars", {})}
         llm_config = llm_config.model_copy(update={"runtime_env": runtime_env})
     return build_llm_deployment(
         llm_config,

@@ -3,10 +3,13 @@ engine on one GPU, and its engine core forked from a process that has imported v
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+from typing import Any, Iterator
 
-from core.upstream import VLLMEngine
-from serving.engine_preload import forked_engine_core
+from core.upstream import VLLMEngine, get_logger
+from serving.engine_preload import preloaded_context
+
+logger = get_logger(__name__)
 
 # vLLM's executors: the model worker in the engine core process, or in processes of its own.
 IN_ENGINE_CORE = "uni"
@@ -36,10 +39,42 @@ class PoolEngine(VLLMEngine):
             engine_args.distributed_executor_backend = IN_ENGINE_CORE
         return engine_args, frontend_args, vllm_config
 
-    def _start_async_llm_engine(self, *args: Any, **kwargs: Any) -> Any:
-        # The engine core's process starts in here (serving.engine_preload says why forked).
+    def _start_async_llm_engine(self, engine_args: Any, vllm_config: Any, placement_group: Any) -> Any:
+        # The engine core's process starts in here (serving.engine_preload says why forked). vLLM's
+        # NUMA binding wraps the command of a spawned engine core, so it keeps the spawn.
+        if vllm_config.parallel_config.numa_bind:
+            return super()._start_async_llm_engine(engine_args, vllm_config, placement_group)
         with forked_engine_core():
-            return super()._start_async_llm_engine(*args, **kwargs)
+            return super()._start_async_llm_engine(engine_args, vllm_config, placement_group)
+
+
+@contextlib.contextmanager
+def forked_engine_core() -> Iterator[None]:
+    """While the block runs, vLLM starts its engine core from the replica's forkserver (where one
+    runs), not by spawning it.
+
+    vLLM's engine start takes its process context from `vllm.v1.engine.utils.get_mp_context`;
+    that name is swapped for the block. A replica starts one engine, once, on its event loop's
+    thread, so nothing else calls it meanwhile.
+    """
+    context = preloaded_context()
+    if context is None:
+        yield
+        return
+    from vllm.v1.engine import utils as engine_utils
+
+    spawn_context = engine_utils.get_mp_context
+
+    def preloaded() -> Any:
+        spawn_context()  # for the environment it sets, which the engine core's own children need
+        return context
+
+    engine_utils.get_mp_context = preloaded
+    logger.info("vLLM's engine core is forked from the replica's forkserver, which has imported vLLM")
+    try:
+        yield
+    finally:
+        engine_utils.get_mp_context = spawn_context
 
 
 def runs_worker_in_engine_core(parallel_config: Any, *, on_cpu: bool) -> bool:

@@ -13,11 +13,11 @@ layout (`engine_process: ray_worker`) Ray Serve LLM creates the engine's config 
 it) in a Ray task of its own, which gets the pool's runtime environment and nothing of the
 replica's process.
 
-An engine under its replica (vLLM's in-process executor on one GPU, its multiprocess executor on
-a CPU: every CPU pool and by default a GPU pool) takes its torch.distributed port from vLLM's `get_open_port`: a port the kernel picks, or,
-where the pool's env sets VLLM_PORT, the first free one from there up. Pools that set it need
-ranges apart (as gpu-h200.yaml's do); replicas of one such pool that start together on one node
-scan the same range.
+An engine under its replica (every CPU pool and by default a GPU pool) takes its torch.distributed
+port from vLLM's `get_open_port`: a port the kernel picks, or, where the pool's env sets
+VLLM_PORT, the first free one from there up. Pools that set it need ranges apart (as
+gpu-h200.yaml's do); replicas of one such pool that start together on one node scan the same
+range.
 """
 
 from __future__ import annotations

@@ -7,7 +7,11 @@ import statistics
 
 import httpx
 import openai
+import psutil
 import pytest
+
+from bench.app_processes import replica_processes
+from serving.engine_processes import FORKSERVER_MAIN, engine_cores_under
 
 pytestmark = pytest.mark.e2e
 
@@ -164,3 +168,17 @@ def test_the_first_tokens_time_has_a_name_for_every_hop(base_url, api_key, tmp_p
     # that waits a few tens of ms for a core now and then is not a batch window.
     assert statistics.median(r["hops_ms"]["stream batching"] for r in point["records"]) < 20.0
     assert point["summary"]["tokens_per_burst"] < 1.5
+
+
+@pytest.mark.parametrize(("pool", "forked"), [("long", True), ("short", False)])
+def test_each_engine_core_starts_as_its_pool_asks_and_runs_at_the_pools_nice_value(base_url, pool, forked):
+    # conftest has the long pool's engine core forked from its replica's forkserver.
+    # The pool's replica in this app: the one with an engine (the tiers before ran fake ones).
+    (replica,) = [r for r in replica_processes("trilemma", f"pool-{pool}") if engine_cores_under(r)]
+    (engine_core,) = engine_cores_under(replica)
+    parent = engine_core.parent()
+    assert (FORKSERVER_MAIN in " ".join(parent.cmdline())) is forked
+    assert (parent.pid == replica.pid) is not forked
+    # The long pool's cpu_niceness (19), which its replica took after the server had started.
+    expected = 19 if pool == "long" else replica.nice()
+    assert {p.nice() for p in [engine_core, *engine_core.children(recursive=True)]} == {expected}

@@ -8,6 +8,8 @@ from core.config import CONFIG_DIR, ConfigError, TrilemmaConfig
 from deployments.pool import PoolServer, choose_engine_dtype
 from deployments.pool_deployment import deployment_name, llm_config_for_pool
 from serve_app.app import app_builder, build_app
+from serving.engine_preload import PRELOAD_ENV
+from tests.fake_engine import FakeEngine
 
 
 def test_cpu_pool_is_one_cpu_bundle_with_its_own_core():
@@ -51,6 +53,23 @@ def test_a_single_gpu_engine_runs_under_its_replica_which_holds_the_gpu():
     assert options["ray_actor_options"]["num_gpus"] == 1
     assert options["placement_group_bundles"] == [{"accelerator_type:H100": 0.001, "CPU": 0, "GPU": 1}]
     assert llm.get_engine_config().get_initialization_kwargs()["distributed_executor_backend"] == "mp"
+
+
+def _pool_env(config: TrilemmaConfig, name: str, **build: object) -> dict:
+    pools = build_app(config, model_source="/models/any", **build)._bound_deployment.init_kwargs["pools"]
+    return pools[name]._bound_deployment.init_kwargs["llm_config"].runtime_env["env_vars"]
+
+
+def test_a_gpu_replicas_engine_core_is_forked_from_its_forkserver_a_cpu_replicas_spawned():
+    gpu = TrilemmaConfig.from_yaml(CONFIG_DIR / "gpu.yaml")
+    assert _pool_env(gpu, "long")[PRELOAD_ENV] == "1"
+    assert PRELOAD_ENV not in _pool_env(TrilemmaConfig.from_yaml(CONFIG_DIR / "local-cpu.yaml"), "long")
+    # A fake engine starts no vLLM, so no server imports it; the pool's env has the last word.
+    assert PRELOAD_ENV not in _pool_env(gpu, "long", engine_cls=FakeEngine)
+    spawned = gpu.with_overrides({f"pools.long.env.{PRELOAD_ENV}": "0"})
+    assert _pool_env(spawned, "long")[PRELOAD_ENV] == "0"
+    ray_layout = gpu.with_overrides({"pools.long.engine_process": "ray_worker"})
+    assert PRELOAD_ENV not in _pool_env(ray_layout, "long")
 
 
 def test_a_tensor_parallel_engine_runs_in_rays_workers_as_ray_serve_llm_lays_it_out():

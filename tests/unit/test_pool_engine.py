@@ -48,3 +48,28 @@ def test_a_cpu_engine_keeps_the_multiprocess_executor_its_worker_needs(engine):
     _, _, vllm_config = engine._prepare_engine_config(callback_ctx=None)
     assert vllm_config.parallel_config.distributed_executor_backend == "mp"
     assert Executor.get_class(vllm_config) is MultiprocExecutor
+
+
+def test_while_the_engine_starts_vllm_takes_its_process_context_from_the_forkserver(monkeypatch):
+    from vllm.v1.engine import utils as engine_utils
+
+    preloaded = object()
+    spawn_context = engine_utils.get_mp_context
+    monkeypatch.setattr(pool_engine, "preloaded_context", lambda: preloaded)
+    with pool_engine.forked_engine_core():
+        assert engine_utils.get_mp_context() is preloaded
+    assert engine_utils.get_mp_context is spawn_context
+    monkeypatch.setattr(pool_engine, "preloaded_context", lambda: None)  # no server: vLLM's own
+    with pool_engine.forked_engine_core():
+        assert engine_utils.get_mp_context is spawn_context
+
+
+def test_the_names_the_engine_start_relies_on_are_where_vllm_and_ray_use_them():
+    # A rename upstream would quietly undo what PoolEngine changes; this fails instead.
+    from vllm.v1.engine import utils as engine_utils
+    from vllm.v1.engine.utils import CoreEngineProcManager
+
+    starts_engine_core = CoreEngineProcManager.__init__
+    assert "get_mp_context" in starts_engine_core.__code__.co_names
+    assert starts_engine_core.__globals__ is vars(engine_utils)
+    assert {"_prepare_engine_config", "_start_async_llm_engine"} <= set(PoolEngine.start.__code__.co_names)
