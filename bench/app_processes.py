@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import psutil
 
-from serving.engine_processes import ENGINE_PREFIX, FORKSERVER_MAIN, RAY_DAEMONS
+from serving.engine_processes import ENGINE_PREFIX, RAY_DAEMONS, is_forkserver
 
 
 def replica_processes(app: str, deployment: str) -> list[psutil.Process]:
@@ -25,7 +25,7 @@ def serving_processes() -> list[psutil.Process]:
     forkservers (serving/engine_preload.py)."""
     return [p for p in psutil.process_iter(["name", "cmdline"])
             if name_of(p) in RAY_DAEMONS or name_of(p).startswith(ENGINE_PREFIX) or "ray::" in title_of(p)
-            or FORKSERVER_MAIN in title_of(p)]
+            or is_forkserver(p)]
 
 
 def label_of(process: psutil.Process) -> str:
@@ -33,7 +33,7 @@ def label_of(process: psutil.Process) -> str:
     title = title_of(process)
     if "ray::" in title:
         return title.split("ray::", 1)[1].split()[0]
-    if FORKSERVER_MAIN in title:
+    if is_forkserver(process):
         return "forkserver"
     return name_of(process)
 

@@ -52,7 +52,7 @@ def orphaned_haproxies() -> list[psutil.Process]:
 def _adopted(engine: psutil.Process) -> bool:
     try:
         parent = engine.parent()
-        if parent is not None and _is_forkserver(parent):
+        if parent is not None and is_forkserver(parent):
             # A replica's engine core is the child of its forkserver (serving.engine_preload),
             # which lives on with it when the replica dies.
             return _adopted(parent)
@@ -63,7 +63,8 @@ def _adopted(engine: psutil.Process) -> bool:
         return False  # gone meanwhile: it holds nothing
 
 
-def _is_forkserver(process: psutil.Process) -> bool:
+def is_forkserver(process: psutil.Process) -> bool:
+    """Whether the process is Python's forkserver (a pool replica's, serving.engine_preload)."""
     try:
         return FORKSERVER_MAIN in " ".join(process.cmdline())
     except psutil.Error:

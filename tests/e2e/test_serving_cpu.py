@@ -11,7 +11,7 @@ import psutil
 import pytest
 
 from bench.app_processes import replica_processes
-from serving.engine_processes import FORKSERVER_MAIN, engine_cores_under
+from serving.engine_processes import engine_cores_under, is_forkserver
 
 pytestmark = pytest.mark.e2e
 
@@ -177,7 +177,7 @@ def test_each_engine_core_starts_as_its_pool_asks_and_runs_at_the_pools_nice_val
     (replica,) = [r for r in replica_processes("trilemma", f"pool-{pool}") if engine_cores_under(r)]
     (engine_core,) = engine_cores_under(replica)
     parent = engine_core.parent()
-    assert (FORKSERVER_MAIN in " ".join(parent.cmdline())) is forked
+    assert is_forkserver(parent) is forked
     assert (parent.pid == replica.pid) is not forked
     # The long pool's cpu_niceness (19), which its replica took after the server had started.
     expected = 19 if pool == "long" else replica.nice()

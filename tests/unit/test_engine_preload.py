@@ -17,7 +17,7 @@ import psutil
 import pytest
 
 from serving import engine_preload
-from serving.engine_processes import ENGINE_CORE_NAME
+from serving.engine_processes import ENGINE_CORE_NAME, is_forkserver
 
 
 def report(results: multiprocessing.Queue) -> None:
@@ -72,7 +72,7 @@ def test_the_engine_core_is_forked_from_the_preloaded_server_as_the_replicas_chi
     assert seen["niceness"] == os.getpriority(os.PRIO_PROCESS, 0) + 3
     assert seen["preloaded"]  # imported by the server before the fork, not by the child
     assert seen["parent"] != os.getpid()
-    assert "multiprocessing.forkserver" in " ".join(psutil.Process(seen["parent"]).cmdline())
+    assert is_forkserver(psutil.Process(seen["parent"]))
 
 
 def test_the_engine_core_ends_with_its_forkserver(replica):
