@@ -23,7 +23,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import httpx
 import yaml
@@ -172,10 +172,12 @@ def run_comparison(
     config: TrilemmaConfig, *, pool: str, app_url: str | None, levels: list[int], rounds: int, num_prompts: int,
     input_len: int, output_len: int, vllm_port: int, seed: int, timeout_s: float, workdir: Path,
     api_key: str | None = None, sequential: bool = False, temperature: float = 0.0,
+    on_round: Callable[[dict[str, Any]], None] = lambda result: None,
 ) -> dict[str, Any]:
     """Both arms serving at once, loaded in turn (ABBA per round); or, `sequential`, plain vLLM's
     rounds first and then the app's, for a device that cannot hold both (drift then falls on
-    one arm)."""
+    one arm). `on_round` gets the result of the rounds done so far after each round that both
+    arms have run, so a run stopped early keeps them."""
     from serve_app.launcher import deployed, shutdown_local_ray
 
     model = config.pool_model(pool)
@@ -204,6 +206,20 @@ def run_comparison(
                 # At least two waves, so that the load point is held and not just reached.
                 prompts = max(num_prompts, 2 * concurrency)
                 runs[(arm, concurrency)].append(load(arm, concurrency, prompts, index * len(levels) + offset))
+        if "app" in arms:  # both arms have run this round (ABBA), or the app's follows all of vLLM's
+            on_round(result(rounds_done=index + 1))
+
+    def result(rounds_done: int) -> dict[str, Any]:
+        points = []
+        for concurrency in levels:
+            pooled_arms = {arm: pooled(runs[(arm, concurrency)]) for arm in ARMS}
+            points.append({"concurrency": concurrency, **pooled_arms,
+                           **judged(concurrency, pooled_arms["vllm"], pooled_arms["app"])})
+        # As results show it: no folder of the machine it ran on.
+        shown = [arg.replace(str(workdir), "<workdir>").replace(str(Path.home()), "~") for arg in argv[3:]]
+        return {"pool": pool, "engine_kwargs": engine_kwargs, "env": env, "vllm_command": shown,
+                "order": "sequential" if sequential else "ABBA", "vllm_ready_s": ready_s["vllm"],
+                "app_ready_s": ready_s["app"], "rounds_done": rounds_done, "points": points}
 
     def start_app(stack: contextlib.ExitStack) -> None:
         started = time.monotonic()
@@ -238,15 +254,7 @@ def run_comparison(
                 warm_up(arm)
             for index in range(rounds):
                 one_round(index, ARMS)
-    points = []
-    for concurrency in levels:
-        arms = {arm: pooled(runs[(arm, concurrency)]) for arm in ARMS}
-        points.append({"concurrency": concurrency, **arms, **judged(concurrency, arms["vllm"], arms["app"])})
-    # As results show it: no folder of the machine it ran on.
-    shown = [arg.replace(str(workdir), "<workdir>").replace(str(Path.home()), "~") for arg in argv[3:]]
-    return {"pool": pool, "engine_kwargs": engine_kwargs, "env": env, "vllm_command": shown,
-            "order": "sequential" if sequential else "ABBA", "vllm_ready_s": ready_s["vllm"],
-            "app_ready_s": ready_s["app"], "points": points}
+    return result(rounds_done=rounds)
 
 
 def markdown(result: dict[str, Any]) -> str:
@@ -258,7 +266,7 @@ def markdown(result: dict[str, Any]) -> str:
         f"On {result['machine']}. Pool `{result['pool']}`; plain vLLM: `vllm {' '.join(result['vllm_command'])}` "
         f"with the engine arguments {result['engine_kwargs']} and {result['env'] or 'no extra environment'}. "
         f"`vllm bench serve`, random prompts of {result['input_len']} tokens, {result['output_len']} out "
-        f"(ignore_eos, temperature {result['temperature']:g}), {result['rounds']} rounds of {result['num_prompts']} requests (at least twice the "
+        f"(ignore_eos, temperature {result['temperature']:g}), {_rounds(result)} of {result['num_prompts']} requests (at least twice the "
         f"in-flight count) per load point, {result['order']}. Ready: {ready}.", "",
         "| in flight | TTFT p50 app / vLLM (ms) | TTFT p99 app / vLLM | TPOT p50 app / vLLM | ITL p99 app / vLLM "
         "| out tok/s app / vLLM | ratio | targets |",
@@ -279,6 +287,13 @@ def markdown(result: dict[str, Any]) -> str:
               "of their own, whose gaps span several steps): " + ", ".join(
                   f"{_share(p['app'])} / {_share(p['vllm'])} at {p['concurrency']}" for p in result["points"]) + "."]
     return "\n".join(lines) + "\n"
+
+
+def _rounds(result: dict[str, Any]) -> str:
+    done = result.get("rounds_done", result["rounds"])  # results of before the field: all rounds ran
+    if done == result["rounds"]:
+        return f"{done} rounds"
+    return f"**{done} of {result['rounds']} rounds** (the run stopped early)"
 
 
 def _share(arm: dict[str, Any]) -> str:
@@ -318,25 +333,30 @@ def bench_vs_vllm(args: argparse.Namespace) -> int:
             raise ValueError(f"--seed must be 0 or more (vLLM's random prompts need it), got {args.seed}")
     except (ConfigError, ValueError) as error:
         return fail(error)
+    name = args.name or "vs-vllm"
+    about = {"name": name, "command": command_line(args), "machine": machine.describe(),
+             "rounds": args.rounds, "num_prompts": args.num_prompts, "temperature": args.temperature,
+             "input_len": args.input_len, "output_len": args.output_len}
+
+    def write(result: dict[str, Any]) -> Path:
+        json_path = write_json({**about, **result}, Path(args.out), name)
+        json_path.with_suffix(".md").write_text(markdown({**about, **result}))
+        return json_path
+
     with tempfile.TemporaryDirectory(prefix="vs-vllm-") as workdir:
         try:
             result = run_comparison(
                 config, pool=args.pool, app_url=args.app_url, levels=levels, rounds=args.rounds,
                 num_prompts=args.num_prompts, input_len=args.input_len, output_len=args.output_len,
                 vllm_port=args.vllm_port, seed=args.seed, timeout_s=args.ready_timeout_s, workdir=Path(workdir),
-                api_key=args.api_key, sequential=args.sequential, temperature=args.temperature)
+                api_key=args.api_key, sequential=args.sequential, temperature=args.temperature, on_round=write)
         except RuntimeError as error:
             log = Path(workdir) / "vllm-serve.log"
             if log.exists():
                 print(log.read_text()[-3000:], file=sys.stderr)
             return fail(error)
-    name = args.name or "vs-vllm"
-    result = {"name": name, "command": command_line(args), "machine": machine.describe(),
-              "rounds": args.rounds, "num_prompts": args.num_prompts, "temperature": args.temperature,
-              "input_len": args.input_len, "output_len": args.output_len, **result}
-    json_path = write_json(result, Path(args.out), name)
+    json_path = write(result)
     md_path = json_path.with_suffix(".md")
-    md_path.write_text(markdown(result))
     print(md_path.read_text())
     print(f"results: {shown_path(json_path)}, {shown_path(md_path)}")
     return 0 if all(ok for p in result["points"] for ok in p["targets"].values()) else 1

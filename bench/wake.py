@@ -1,10 +1,11 @@
 """`trilemma bench wake`: how fast a pool that sleeps when idle answers again, against its cold start.
 
 On the running app, whose pool `--pool` sleeps when idle (`pools.<name>.sleep_when_idle`), each
-round waits until every replica of the pool reports its engine asleep, then times one streamed
-request into the pool (its first token waits for the wake) and one right after it (awake).
-Beside them: the wake the replica measured itself, and how long the replica took to start
-(its cold start), both from `GET /trilemma/pools`.
+round waits until every replica of the pool reports its engine asleep (fallen asleep, not
+falling), then times one streamed request into the pool (its first token waits for the wake) and
+one right after it (awake). Beside them: how long the engine took to fall asleep and to wake, as
+the replica measured them, and how long the replica took to start (its cold start), all from
+`GET /trilemma/pools`.
 """
 
 from __future__ import annotations
@@ -68,17 +69,27 @@ def time_to_first_token(url: str, model: str, prompt: str, api_key: str | None) 
     raise ValueError("the answer streamed no token")
 
 
+def slowest(replicas: list[dict[str, Any]], key: str) -> float | None:
+    """The largest of the replicas' readings of `key` (a fall asleep or a wake), None if none has one."""
+    readings = [replica[key] for replica in replicas if replica.get(key) is not None]
+    return max(readings) if readings else None
+
+
+def seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
 def markdown(result: dict[str, Any]) -> str:
     rounds = result["rounds"]
     lines = [
         f"# {result['name']}", "", f"Command: `{result['command']}`", "",
         f"{result['url']} ({result['machine']}), pool `{result['pool']}`, prompts of {result['prompt_words']} words.",
         "",
-        "| round | asleep after idle (s) | first token, engine asleep (s) | engine's own wake (s) | "
-        "first token, awake (s) |",
-        "| --- | --- | --- | --- | --- |",
-        *(f"| {n} | {r['asleep_after_s']:.1f} | {r['ttft_asleep_s']:.2f} | "
-          f"{'-' if r['engine_wake_s'] is None else format(r['engine_wake_s'], '.2f')} | {r['ttft_awake_s']:.3f} |"
+        "| round | asleep after idle (s) | engine fell asleep in (s) | first token, engine asleep (s) | "
+        "engine's own wake (s) | first token, awake (s) |",
+        "| --- | --- | --- | --- | --- | --- |",
+        *(f"| {n} | {r['asleep_after_s']:.1f} | {seconds(r.get('engine_sleep_s'))} | {r['ttft_asleep_s']:.2f} | "
+          f"{seconds(r['engine_wake_s'])} | {r['ttft_awake_s']:.3f} |"
           for n, r in enumerate(rounds, 1)),
         "",
         f"- Median first token from asleep: **{result['ttft_asleep_s_median']:.2f} s** (target at most "
@@ -115,9 +126,10 @@ def bench_wake(args: argparse.Namespace) -> int:
             asleep_after = wait_until_asleep(url, args.pool, args.asleep_timeout_s)
             asleep = time_to_first_token(url, model, prompt(f"asleep{n}", args.prompt_words), args.api_key)
             awake = time_to_first_token(url, model, prompt(f"awake{n}", args.prompt_words), args.api_key)
-            wakes = [r.get("last_wake_s") for r in pool_replicas(url, args.pool) if r.get("last_wake_s") is not None]
+            replicas = pool_replicas(url, args.pool)
             rounds.append({"asleep_after_s": asleep_after, "ttft_asleep_s": asleep, "ttft_awake_s": awake,
-                           "engine_wake_s": max(wakes) if wakes else None})
+                           "engine_sleep_s": slowest(replicas, "last_sleep_s"),
+                           "engine_wake_s": slowest(replicas, "last_wake_s")})
             print(f"round {n + 1}: first token {asleep:.2f} s asleep, {awake:.3f} s awake", flush=True)
         starts = [r.get("start_s") for r in pool_replicas(url, args.pool) if r.get("start_s") is not None]
     except (ValueError, httpx.HTTPError) as error:

@@ -319,6 +319,8 @@ class PoolServer(LLMServer):
             "engine_unfinished": self._engine_unfinished(),
             "start_s": round(self._start_s, 1),
             "asleep": self._sleep is not None and self._sleep.asleep,
+            "falling_asleep": self._sleep is not None and self._sleep.falling_asleep,
+            "last_sleep_s": self._sleep.last_sleep_s if self._sleep is not None else None,
             "last_wake_s": self._sleep.last_wake_s if self._sleep is not None else None,
         }
 

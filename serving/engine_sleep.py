@@ -22,9 +22,11 @@ class EngineSleep:
     request, and wakes it, once, for the requests that find it asleep.
 
     `in_use()` brackets every request: it wakes the engine first and keeps it awake while the
-    request runs. The engine counts as asleep from the moment it starts falling asleep, so a
-    request that arrives meanwhile waits for that to end and then wakes it; it never reaches a
-    sleeping engine.
+    request runs. A request that arrives while the engine falls asleep waits for that to end and
+    then wakes it; it never reaches a sleeping engine. `asleep` is True only once the fall has
+    ended, and `falling_asleep` while it runs: a replica's first fall is the slow one (on an H200,
+    5.5 s against 0.2 s after it, as vLLM pins the host memory that the weights move to), and a
+    request that meets it waits that long.
     """
 
     def __init__(
@@ -36,8 +38,16 @@ class EngineSleep:
         self._transition = asyncio.Lock()
         self._in_use = 0
         self._idle_since = clock()
-        self.asleep = False
+        # From the moment the engine starts falling asleep to its wake: a request must wake it first.
+        self._needs_wake = False
+        self.falling_asleep = False
+        self.last_sleep_s: float | None = None
         self.last_wake_s: float | None = None
+
+    @property
+    def asleep(self) -> bool:
+        """The engine has fallen asleep (its GPU memory is free) and no request has woken it yet."""
+        return self._needs_wake and not self.falling_asleep
 
     @contextlib.asynccontextmanager
     async def in_use(self) -> AsyncIterator[None]:
@@ -51,14 +61,14 @@ class EngineSleep:
                 self._idle_since = self._clock()
 
     async def wake(self) -> None:
-        if not self.asleep:
+        if not self._needs_wake:
             return
         async with self._transition:
-            if not self.asleep:  # another request woke it while this one waited
+            if not self._needs_wake:  # another request woke it while this one waited
                 return
             started = self._clock()
             await self._engine.wakeup()
-            self.asleep = False
+            self._needs_wake = False
             self.last_wake_s = self._clock() - started
         self._log.info("%s: engine woke in %.2f s", self._name, self.last_wake_s)
         self._on_wake(self.last_wake_s)
@@ -70,20 +80,23 @@ class EngineSleep:
     async def sleep_if_idle(self) -> bool:
         """Puts the engine to sleep when it has been idle for `after_s`; True when it did."""
         idle = self.idle_for()
-        if self.asleep or idle is None or idle < self._after_s:
+        if self._needs_wake or idle is None or idle < self._after_s:
             return False
         async with self._transition:
-            if self.asleep or self._in_use:
+            if self._needs_wake or self._in_use:
                 return False
-            self.asleep = True  # from here on, arrivals wait for the lock and wake it after
+            self._needs_wake = self.falling_asleep = True  # arrivals now wait for the lock and wake it after
             started = self._clock()
             try:
                 await self._engine.sleep(level=self._level)
             except Exception:
-                self.asleep = False
+                self._needs_wake = False
                 raise
+            finally:
+                self.falling_asleep = False
+            self.last_sleep_s = self._clock() - started
         self._log.info("%s: idle for %.0f s, engine asleep (level %d) in %.2f s", self._name, idle,
-                       self._level, self._clock() - started)
+                       self._level, self.last_sleep_s)
         return True
 
     async def run(self) -> None:

@@ -55,10 +55,12 @@ def test_an_idle_engine_sleeps_and_the_next_request_wakes_it(sleepy_url):
         while not short_replica(client)["asleep"]:
             assert time.monotonic() < deadline, f"not asleep {IDLE_S + 10:.0f} s after the last request"
             time.sleep(0.5)
+        assert not short_replica(client)["falling_asleep"] and short_replica(client)["last_sleep_s"] >= 0
         status, seconds = ask(client)
         assert status == 200
         assert seconds >= WAKE_S  # the request waited for the wake, not for a cold start
-        assert not short_replica(client)["asleep"]
+        replica = short_replica(client)
+        assert not replica["asleep"] and replica["last_wake_s"] >= WAKE_S
         # Awake again, the next request pays no wake.
         status, seconds = ask(client)
         assert status == 200 and seconds < WAKE_S

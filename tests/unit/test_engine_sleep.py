@@ -49,6 +49,7 @@ async def test_the_engine_sleeps_only_after_the_idle_period_and_never_under_a_re
     assert not await sleep.sleep_if_idle()  # the idle period counts from the request's end
     clock.now = 260
     assert await sleep.sleep_if_idle() and engine.asleep and sleep.asleep
+    assert sleep.last_sleep_s == 0.0 and not sleep.falling_asleep
 
 
 async def test_a_request_wakes_the_engine_first_and_the_wake_is_measured():
@@ -82,9 +83,12 @@ async def test_a_request_that_arrives_while_the_engine_falls_asleep_waits_and_wa
     clock.now = 60
     falling = asyncio.create_task(sleep.sleep_if_idle())
     await asyncio.sleep(0.01)  # the engine is falling asleep now
+    # Reported apart: a client waiting for a sleeping pool must not take the fall for the sleep.
+    assert sleep.falling_asleep and not sleep.asleep
     async with sleep.in_use():
         engine.generate()
     assert await falling and engine.sleeps == 1 and engine.wakes == 1
+    assert not sleep.falling_asleep and not sleep.asleep
 
 
 async def test_a_failed_sleep_leaves_the_engine_awake_for_requests():
@@ -97,7 +101,7 @@ async def test_a_failed_sleep_leaves_the_engine_awake_for_requests():
     clock.now = 60
     with pytest.raises(RuntimeError):
         await sleep.sleep_if_idle()
-    assert not sleep.asleep
+    assert not sleep.asleep and not sleep.falling_asleep and sleep.last_sleep_s is None
     async with sleep.in_use():
         engine.generate()
     assert engine.wakes == 0

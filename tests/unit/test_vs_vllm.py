@@ -57,3 +57,46 @@ def test_latency_targets_apply_up_to_16_in_flight_and_throughput_from_64():
     busy = judged(256, vllm, _arm(900.0, 900.0, 90.0, 969.0))
     assert busy["targets"] == {"output tok/s at least 0.97x plain": False}
     assert judged(32, vllm, _arm(900.0, 900.0, 90.0, 969.0))["targets"] == {}
+
+
+def test_a_run_stopped_early_keeps_the_rounds_both_arms_finished(tmp_path, monkeypatch):
+    """A GPU call that runs out of time must not lose what it measured: each round both arms ran
+    is written as it ends, and the files say how many rounds of how many they hold."""
+    import argparse
+    import contextlib
+    import json
+
+    import bench.vs_vllm as vs_vllm
+    import serve_app.launcher
+
+    loads = []
+
+    def bench_serve(url, model, tokenizer, *, concurrency, num_prompts, **_):
+        loads.append(url)
+        if len(loads) > 4:  # a warm-up and round 1 per arm done, round 2 starts: the call's time is up
+            raise KeyboardInterrupt
+        return _run([0.04 if "8100" in url else 0.05], [[0.005, 0.005]], [3], 100.0)
+
+    @contextlib.contextmanager
+    def plain_vllm(*args, **kwargs):
+        yield 12.0
+
+    monkeypatch.setattr(vs_vllm, "bench_serve", bench_serve)
+    monkeypatch.setattr(vs_vllm, "plain_vllm", plain_vllm)
+    monkeypatch.setattr(vs_vllm, "pool_engine", lambda config, pool, source: ({"max_model_len": 2048}, {}))
+    monkeypatch.setattr(vs_vllm, "resolve_model_source", lambda source: "/models/smol")
+    monkeypatch.setattr(vs_vllm, "wait_until_serving", lambda url, timeout_s: "smol")
+    monkeypatch.setattr(serve_app.launcher, "shutdown_local_ray", lambda: None)
+    parser = argparse.ArgumentParser()
+    vs_vllm.add_vs_vllm_command(parser.add_subparsers())
+    argv = ["vs-vllm", "--app-url", "http://127.0.0.1:8000", "--concurrency", "1", "--rounds", "2",
+            "--num-prompts", "2", "--out", str(tmp_path), "--name", "cut"]
+    args = parser.parse_args(argv)
+    args.argv = ["bench", *argv]
+    with pytest.raises(KeyboardInterrupt):
+        args.func(args)
+    saved = json.loads((tmp_path / "cut.json").read_text())
+    assert saved["rounds_done"] == 1 and saved["rounds"] == 2
+    assert saved["points"][0]["ttft_p50_added_ms"] == pytest.approx(10.0)
+    assert "**1 of 2 rounds** (the run stopped early)" in (tmp_path / "cut.md").read_text()
+
