@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import argparse
+import contextlib
+import json
 from pathlib import Path
 
 import pytest
 import yaml
 
+import bench.vs_vllm as vs_vllm
+import serve_app.launcher
 from bench.vs_vllm import judged, pooled, vllm_serve_argv
 
 
@@ -62,13 +67,6 @@ def test_latency_targets_apply_up_to_16_in_flight_and_throughput_from_64():
 def test_a_run_stopped_early_keeps_the_rounds_both_arms_finished(tmp_path, monkeypatch):
     """A GPU call that runs out of time must not lose what it measured: each round both arms ran
     is written as it ends, and the files say how many rounds of how many they hold."""
-    import argparse
-    import contextlib
-    import json
-
-    import bench.vs_vllm as vs_vllm
-    import serve_app.launcher
-
     loads = []
 
     def bench_serve(url, model, tokenizer, *, concurrency, num_prompts, **_):
@@ -99,4 +97,3 @@ def test_a_run_stopped_early_keeps_the_rounds_both_arms_finished(tmp_path, monke
     assert saved["rounds_done"] == 1 and saved["rounds"] == 2
     assert saved["points"][0]["ttft_p50_added_ms"] == pytest.approx(10.0)
     assert "**1 of 2 rounds** (the run stopped early)" in (tmp_path / "cut.md").read_text()
-
