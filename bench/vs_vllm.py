@@ -33,6 +33,7 @@ from bench.app_ready import wait_until_serving
 from bench.cli_common import add_app_args, add_output_args, app_config, command_line, fail, shown_path
 from bench.metrics import percentile
 from bench.result_files import write_json
+from bench.vllm_bench_client import VllmBenchClient
 from core.config import ConfigError, TrilemmaConfig
 from core.model_store import resolve_model_source
 from serving.cpu_engine import read_cpu_flags, with_cpu_dtype
@@ -90,27 +91,23 @@ def plain_vllm(argv: list[str], env: dict[str, str], url: str, log: Path, timeou
                 process.kill()
 
 
-def bench_serve(url: str, model: str, tokenizer: str, *, concurrency: int, num_prompts: int, input_len: int,
-                output_len: int, seed: int, workdir: Path, api_key: str | None = None,
-                temperature: float = 0.0) -> dict[str, Any]:
-    """One `vllm bench serve` run; its detailed result. vLLM's client sends `OPENAI_API_KEY`.
+def bench_serve(client: VllmBenchClient, url: str, model: str, tokenizer: str, *, concurrency: int,
+                num_prompts: int, input_len: int, output_len: int, seed: int, workdir: Path,
+                api_key: str | None = None, temperature: float = 0.0) -> dict[str, Any]:
+    """One `vllm bench serve` run, by `client`; its detailed result. vLLM's client sends `OPENAI_API_KEY`.
     The client times a gap before every chunk with choices, text or not. At `temperature` 0 both
     arms generate the same tokens for the same prompts, so their gaps compare; sampled, each arm
     draws its own text, and a server that sends no chunk for a token without text (a skipped
     special token, part of a character) stretches a gap over several steps."""
     name = f"run-{time.monotonic_ns()}.json"
-    argv = [sys.executable, "-m", "bench.vllm_cli", "bench", "serve", "--backend", "openai-chat",
-            "--base-url", url, "--endpoint", "/v1/chat/completions", "--model", model, "--tokenizer", tokenizer,
+    argv = ["--backend", "openai-chat", "--base-url", url, "--endpoint", "/v1/chat/completions", "--model", model, "--tokenizer", tokenizer,
             "--dataset-name", "random", "--random-input-len", str(input_len), "--random-output-len",
             str(output_len), "--ignore-eos", "--max-concurrency", str(concurrency), "--num-prompts",
             str(num_prompts), "--seed", str(seed), "--percentile-metrics", "ttft,tpot,itl,e2el",
             "--metric-percentiles", "50,99", "--temperature", str(temperature),
             "--save-result", "--save-detailed", "--result-dir", str(workdir),
             "--result-filename", name, "--disable-tqdm"]
-    env = {**os.environ, **({"OPENAI_API_KEY": api_key} if api_key else {})}
-    done = subprocess.run(argv, capture_output=True, text=True, env=env)
-    if done.returncode != 0:
-        raise RuntimeError(f"vllm bench serve failed ({done.returncode}): {done.stderr[-2000:]}")
+    client.run(argv, env={"OPENAI_API_KEY": api_key} if api_key else {})
     result = json.loads((workdir / name).read_text())
     if not result["completed"]:
         first_error = next((error for error in result.get("errors", []) if error), "no error given")
@@ -190,7 +187,7 @@ def run_comparison(
     ready_s: dict[str, float | None] = {"app": None}
 
     def load(arm: str, concurrency: int, prompts: int, seed_offset: int) -> dict[str, Any]:
-        return bench_serve(urls[arm], model.name, source, concurrency=concurrency, num_prompts=prompts,
+        return bench_serve(client, urls[arm], model.name, source, concurrency=concurrency, num_prompts=prompts,
                            input_len=input_len, output_len=output_len, seed=seed + seed_offset, workdir=workdir,
                            api_key=api_key if arm == "app" else None, temperature=temperature)
 
@@ -237,6 +234,7 @@ def run_comparison(
 
     with contextlib.ExitStack() as stack:
         stack.callback(shutdown_local_ray)
+        client = stack.enter_context(VllmBenchClient(workdir / "vllm-bench-serve.log"))
         if sequential:
             with contextlib.ExitStack() as vllm_stack:
                 start_vllm(vllm_stack)

@@ -69,7 +69,17 @@ def test_a_run_stopped_early_keeps_the_rounds_both_arms_finished(tmp_path, monke
     is written as it ends, and the files say how many rounds of how many they hold."""
     loads = []
 
-    def bench_serve(url, model, tokenizer, *, concurrency, num_prompts, **_):
+    class Client:  # vLLM's benchmark client, never started: bench_serve below stands in for its runs
+        def __init__(self, log):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            pass
+
+    def bench_serve(client, url, model, tokenizer, *, concurrency, num_prompts, **_):
         loads.append(url)
         if len(loads) > 4:  # a warm-up and round 1 per arm done, round 2 starts: the call's time is up
             raise KeyboardInterrupt
@@ -80,6 +90,7 @@ def test_a_run_stopped_early_keeps_the_rounds_both_arms_finished(tmp_path, monke
         yield 12.0
 
     monkeypatch.setattr(vs_vllm, "bench_serve", bench_serve)
+    monkeypatch.setattr(vs_vllm, "VllmBenchClient", Client)
     monkeypatch.setattr(vs_vllm, "plain_vllm", plain_vllm)
     monkeypatch.setattr(vs_vllm, "pool_engine", lambda config, pool, source: ({"max_model_len": 2048}, {}))
     monkeypatch.setattr(vs_vllm, "resolve_model_source", lambda source: "/models/smol")
