@@ -1,9 +1,10 @@
 """`vllm bench serve` kept running: vLLM's own benchmark client, imported once for a comparison.
 
-Each `vllm bench serve` command imports vLLM before it sends a request: 10 s on a 2-core CPU and
-more on a GPU host, and `bench vs-vllm` runs ten of them or more; on the H200 a comparison ran past
-its call's time limit on those imports. This process imports vLLM's benchmark once and runs one
-benchmark per line of its input, with the command's own argument parser and code.
+Each `vllm bench serve` command imports vLLM before it sends a request (9.7 s on a 2-core CPU),
+and `bench vs-vllm` runs ten of them or more: a CPU comparison took 338 s with them and 255 s
+with this (bench/results/vs-vllm-cpu-greedy-8-client.md). This process imports vLLM's benchmark
+once and runs one benchmark per line of its input, with the command's own argument parser and
+code.
 
 Each input line is a JSON object: `argv` (the arguments after `vllm bench serve`) and `env`
 (variables set for that run only, such as the API key vLLM's client sends). Each run answers one
