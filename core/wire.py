@@ -15,7 +15,7 @@ TIMING_HEADER = "x-trilemma-timing"              # "1": a stream's usage event c
 # Response headers: where a request went and why, and what it cost.
 SCENARIO_ANSWER_HEADER = "x-trilemma-scenario"
 ROUTE_REASON_HEADER = "x-trilemma-route-reason"
-PROMPT_TOKENS_HEADER = "x-trilemma-prompt-tokens"  # also router -> replica: the exact prompt count
+PROMPT_TOKENS_HEADER = "x-trilemma-prompt-tokens"  # also router -> replica: the count, or its estimate
 ADJUSTMENTS_HEADER = "x-trilemma-adjustments"
 COST_PROFILE_HEADER = "x-trilemma-cost-profile"
 COST_HEADER = "x-trilemma-cost-usd"              # whole answers; a stream's cost is in its usage

@@ -70,10 +70,14 @@ class PoolClient:
 
     async def open(
         self, pool: str, call_method: str, body: Any, request: Request, prompt_tokens: int, priority: int,
-        timeline: RequestTimeline | None = None,
+        timeline: RequestTimeline | None = None, hold: asyncio.Future | None = None,
     ) -> tuple[Any, AsyncGenerator, float]:
         """Sends the request to the pool: its first item, the stream (from that item on) and
-        the time to it, in ms. A replica that is gone raises PoolFailed: safe to send elsewhere."""
+        the time to it, in ms. A replica that is gone raises PoolFailed: safe to send elsewhere.
+
+        `hold`, when given, is the caller's last word on the request, given while it travels:
+        nothing is returned or raised before `hold` is done, and if it raises, the request is
+        withdrawn (its call cancelled) and that error raised."""
         if isinstance(body, ChatCompletionRequest):
             body = sanitize_chat_completion_request(body)
         if body.stream:
@@ -92,45 +96,64 @@ class PoolClient:
             timeline.stamp("router_sent")
         async with router_request_timeout(self._request_timeout_s):
             try:
-                first, stream = await self._first_item(pool, handle.remote(body, raw_request))
+                first, stream = await self._first_item(pool, handle.remote(body, raw_request), hold)
                 if timeline is not None:
                     timeline.stamp("router_first_item")
-            except (ApiError, HTTPException, OpenAIHTTPException, PoolFailed):
-                raise
-            except StopAsyncIteration:
-                raise ApiError(502, "llm request failed: the engine returned nothing") from None
-            except Exception as error:  # the engine or its replica failed: not the client's fault
-                overloaded = _overload_of(error)
-                if overloaded is not None:
-                    raise ApiError(
-                        429, overloaded.message, code="pool_overloaded",
-                        headers={"Retry-After": str(overloaded.retry_after_s)},
-                    ) from None
-                gone = replica_failure(error)
-                if gone is not None:  # nothing reached the client yet: safe to send elsewhere
-                    raise PoolFailed(pool, gone) from None
-                logger.warning("pool %s failed a request: %r", pool, error)
-                raise ApiError(502, f"llm request failed: {one_line(error)}", code="llm_request_failed") from None
+            except Exception as error:
+                if _raised_by(hold, error):
+                    raise
+                raise self._failure(pool, error) from None
         return first, stream, (time.perf_counter() - started) * 1000
 
-    async def _first_item(self, pool: str, call: Any) -> tuple[Any, AsyncGenerator]:
-        """The call's first item and its stream. A pool that goes down while the request waits
-        (its replica died with the request queued for it, or none runs) ends the wait: Serve
-        would hold the request until a new replica serves, minutes for an engine, and requests
-        queued for a replica as it died were seen to wait longer still."""
+    @staticmethod
+    def _failure(pool: str, error: Exception) -> Exception:
+        """What a failed call means for the request: the pool's refusal, the engine's error, or
+        a replica gone."""
+        if isinstance(error, (ApiError, HTTPException, OpenAIHTTPException, PoolFailed)):
+            return error
+        if isinstance(error, StopAsyncIteration):
+            return ApiError(502, "llm request failed: the engine returned nothing")
+        # The engine or its replica failed: not the client's fault.
+        overloaded = _overload_of(error)
+        if overloaded is not None:
+            return ApiError(429, overloaded.message, code="pool_overloaded",
+                            headers={"Retry-After": str(overloaded.retry_after_s)})
+        gone = replica_failure(error)
+        if gone is not None:  # nothing reached the client yet: safe to send elsewhere
+            return PoolFailed(pool, gone)
+        logger.warning("pool %s failed a request: %r", pool, error)
+        return ApiError(502, f"llm request failed: {one_line(error)}", code="llm_request_failed")
+
+    async def _first_item(self, pool: str, call: Any, hold: asyncio.Future | None) -> tuple[Any, AsyncGenerator]:
+        """The call's first item and its stream, once `hold` is done (see `open`). A pool that
+        goes down while the request waits (its replica died with the request queued for it, or
+        none runs) ends the wait: Serve would hold the request until a new replica serves,
+        minutes for an engine, and requests queued for a replica as it died were seen to wait
+        longer still."""
         peeking = asyncio.ensure_future(peek_at_generator(call))
+        pending = {peeking} if hold is None else {peeking, hold}
         try:
-            while True:
-                done, _ = await asyncio.wait({peeking}, timeout=OUTAGE_CHECK_INTERVAL_S)
-                if done:
-                    return peeking.result()
-                outage = self._health.outage(pool)
+            while pending:
+                done, pending = await asyncio.wait(
+                    pending, timeout=OUTAGE_CHECK_INTERVAL_S, return_when=asyncio.FIRST_COMPLETED
+                )
+                if hold in done and (hold.cancelled() or hold.exception() is not None):
+                    call.cancel()
+                    hold.result()  # raises the caller's reason
+                outage = self._health.outage(pool) if peeking in pending else None
                 if outage is not None:
                     call.cancel()
                     raise PoolFailed(pool, f"it went down while the request waited ({outage.reason})")
+            return peeking.result()
         finally:
             if not peeking.done():
                 peeking.cancel()
+            elif not peeking.cancelled():
+                peeking.exception()  # seen, when the request was withdrawn after its call failed
+
+
+def _raised_by(future: asyncio.Future | None, error: BaseException) -> bool:
+    return future is not None and future.done() and not future.cancelled() and future.exception() is error
 
 
 def _overload_of(error: BaseException) -> PoolOverloaded | None:

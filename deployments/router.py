@@ -38,9 +38,10 @@ from serving.pool_choice import PoolChooser, PoolRequest
 from serving.pool_health import PoolHealth
 from serving.quality_ledger import QualityLedger
 from serving.request_timeline import RequestTimeline
+from serving.route_plan import Replanned, RoutePlan, fit_default_budget
 from serving.routing import RouteDecision, RoutingPolicy
-from serving.scenarios import apply_profile, normalize_request, requested_max_tokens
-from serving.token_counter import PromptTokenCounter
+from serving.scenarios import AppliedProfile, apply_profile, normalize_request, requested_max_tokens
+from serving.token_counter import PromptSize, PromptTokenCounter
 
 logger = get_logger(__name__)
 
@@ -205,18 +206,13 @@ class TrilemmaRouter(OpenAiIngress):
                 raise ApiError(400, f"max_tokens must be at least 1, got {requested}",
                                code="invalid_request", param="max_tokens")
             applied = apply_profile(body, scenario)
-            prompt_tokens = await self._count_prompt(body, call_method)
-            if scenario.normalize_whitespace and normalize_request(body):
-                original_tokens = prompt_tokens
-                prompt_tokens = await self._count_prompt(body, call_method)
-                self._accounting.metrics.prompt_tokens_saved(scenario_name, original_tokens - prompt_tokens)
-            headers[wire.PROMPT_TOKENS_HEADER] = str(prompt_tokens)
-            max_tokens = self._fit_default_budget(body, prompt_tokens, applied,
-                                                  self._config.largest_max_model_len_for(body.model, scenario))
+            size = self._size_prompt(body, call_method, scenario_name, scenario)
+            plan_for = functools.partial(
+                self._plan, scenario_name, scenario, body.model, applied, request.headers.get(wire.POOL_HEADER)
+            )
             headers[wire.PRIORITY_HEADER] = str(scenario.priority)
             response = await self._route_and_forward(
-                body, call_method, request, scenario_name, scenario, tenant, prompt_tokens, max_tokens, headers,
-                timeline,
+                body, call_method, request, scenario_name, scenario, tenant, size, plan_for, headers, timeline,
             )
         except ApiError as error:
             # Errors say as much of the route as was decided, like answers do.
@@ -228,7 +224,8 @@ class TrilemmaRouter(OpenAiIngress):
                 tenant=tenant, priority=known.priority if known else None, status=error.status, usage=None,
             )
             raise
-        bound = profile_cap is not None and max_tokens == profile_cap and (requested is None or requested > profile_cap)
+        bound = profile_cap is not None and body.max_tokens == profile_cap and (
+            requested is None or requested > profile_cap)
         if bound and self._quality is not None:  # the cap cut this request's budget
             note = self._quality.token_cap_note(headers[wire.POOL_HEADER], profile_cap)
             if note:
@@ -240,45 +237,120 @@ class TrilemmaRouter(OpenAiIngress):
 
     async def _route_and_forward(
         self, body: Any, call_method: str, request: Request, scenario_name: str, scenario: ScenarioConfig,
-        tenant: str, prompt_tokens: int, max_tokens: int, headers: dict[str, str],
+        tenant: str, size: PromptSize, plan_for: Callable[..., RoutePlan], headers: dict[str, str],
         timeline: RequestTimeline | None,
     ) -> Response:
-        """Routes the request and forwards it; a pool that loses its replica before the first
-        token is marked down and the request routed again (headers say where it went and why)."""
+        """Routes the request and forwards it: first on the prompt's estimated size while its
+        tokens are counted, moved when the count changes the plan; a pool that loses its replica
+        before the first token is marked down and the request routed again (headers say where
+        it went and why)."""
         client_priority = body.priority
         failures: list[PoolFailed] = []
+        moves: list[str] = []  # what came before this attempt, for the route's reason
+        plan = await self._first_plan(size, plan_for)
         while True:
-            decision = self._route(
-                scenario_name, scenario, body.model, prompt_tokens, max_tokens, request.headers.get(wire.POOL_HEADER)
-            )
-            retried = "".join(f"; retried after {failure}" for failure in failures)
-            headers.update({wire.POOL_HEADER: decision.pool, wire.ROUTE_REASON_HEADER: decision.reason + retried})
-            body.priority = self._engine_priority(decision.pool, scenario, client_priority)
+            history = "".join(f"; {move}" for move in moves)
+            if plan.exact:  # else named once the count confirms the plan
+                self._name_route(headers, plan, history)
+            body.priority = self._engine_priority(plan.decision.pool, scenario, client_priority)
+            body.max_tokens = plan.max_tokens  # the budget fitted to the plan's prompt size
             record = functools.partial(
-                self._accounting.record, pool=decision.pool, scenario=scenario_name, tenant=tenant,
+                self._accounting.record, pool=plan.decision.pool, scenario=scenario_name, tenant=tenant,
                 priority=scenario.priority,
             )
+            confirming = None if plan.exact else asyncio.ensure_future(self._confirm(
+                plan, size, plan_for, functools.partial(self._name_route, headers, history=history)
+            ))
             try:
                 return await self._forward(
-                    decision.pool, call_method, body, request, prompt_tokens, max_tokens, scenario_name,
-                    scenario, record, timeline,
+                    plan, call_method, body, request, scenario_name, scenario, record, timeline, confirming,
                 )
+            except asyncio.CancelledError:  # the client left
+                if confirming is not None:
+                    confirming.cancel()
+                raise
+            except Replanned as moved:
+                moves.append(str(moved))
+                plan = moved.plan
+                continue
             except PoolFailed as failure:
                 self._health.failed(failure.pool, failure.reason)
                 failures.append(failure)
+                moves.append(f"retried after {failure}")
                 if len(failures) > MAX_RETRIES:
                     raise ApiError(
                         502, f"llm request failed: {'; then '.join(map(str, failures))}; not sent "
                         f"again (at most {MAX_RETRIES} retry per request)", code="llm_request_failed",
                     ) from None
                 logger.warning("%s; sending the request again", failure)
+            plan = plan_for(await size.exact, exact=True)
 
-    async def _count_prompt(self, body: Any, call_method: str) -> int:
-        """In the tokens of the request's model (resolved before this is called)."""
+    def _size_prompt(self, body: Any, call_method: str, scenario_name: str, scenario: ScenarioConfig) -> PromptSize:
+        """In the tokens of the request's model (resolved before this is called), after the
+        scenario's whitespace normalization, whose saving is metered once both counts are done."""
         counter = self._token_counters[body.model]
-        if call_method == "chat":
-            return await counter.count_chat(body.messages)
-        return await counter.count_completion(body.prompt)
+
+        def size() -> PromptSize:
+            return counter.size_chat(body.messages) if call_method == "chat" else counter.size_completion(body.prompt)
+
+        original = size()
+        if not (scenario.normalize_whitespace and normalize_request(body)):
+            return original
+        normalized = size()
+
+        def meter_saving(both: asyncio.Future) -> None:
+            if not both.cancelled() and both.exception() is None:
+                before, after = both.result()
+                self._accounting.metrics.prompt_tokens_saved(scenario_name, before - after)
+
+        asyncio.gather(original.exact, normalized.exact).add_done_callback(meter_saving)
+        return normalized
+
+    def _plan(
+        self, scenario_name: str, scenario: ScenarioConfig, model: str, applied: AppliedProfile,
+        pinned_pool: str | None, prompt_tokens: int, *, exact: bool,
+    ) -> RoutePlan:
+        """The pool and budget for a prompt of `prompt_tokens`; raises the request's refusal."""
+        max_tokens = fit_default_budget(
+            prompt_tokens, applied.max_tokens, defaulted=applied.defaulted,
+            largest=self._config.largest_max_model_len_for(model, scenario),
+        )
+        decision = self._route(scenario_name, scenario, model, prompt_tokens, max_tokens, pinned_pool)
+        return RoutePlan(decision, prompt_tokens, max_tokens, exact)
+
+    @staticmethod
+    async def _first_plan(size: PromptSize, plan_for: Callable[..., RoutePlan]) -> RoutePlan:
+        """On the estimate while the count runs; on the count when it is already done, or when
+        the estimate is refused: a refusal is only ever made on the exact count."""
+        if not size.exact.done():
+            try:
+                return plan_for(size.estimate, exact=False)
+            except ApiError:
+                pass
+        return plan_for(await size.exact, exact=True)
+
+    @staticmethod
+    async def _confirm(
+        plan: RoutePlan, size: PromptSize, plan_for: Callable[..., RoutePlan],
+        name_route: Callable[[RoutePlan], None],
+    ) -> RoutePlan:
+        """The plan on the exact count, named in the answer's headers; raises Replanned when it
+        differs from `plan` (made on the estimate), and the request's refusal when the count
+        brings one."""
+        exact = plan_for(await size.exact, exact=True)
+        if not exact.same_route(plan):
+            raise Replanned(exact, was=plan)
+        name_route(exact)
+        return exact
+
+    @staticmethod
+    def _name_route(headers: dict[str, str], plan: RoutePlan, history: str = "") -> None:
+        """Where the request went, why, and its prompt's size: named on the exact count only."""
+        headers.update({
+            wire.POOL_HEADER: plan.decision.pool,
+            wire.ROUTE_REASON_HEADER: plan.decision.reason + history,
+            wire.PROMPT_TOKENS_HEADER: str(plan.prompt_tokens),
+        })
 
     def _scenario(self, name: str, *, from_path: bool) -> ScenarioConfig:
         scenario = self._config.scenarios.get(name)
@@ -291,15 +363,6 @@ class TrilemmaRouter(OpenAiIngress):
             )
         return scenario
 
-    @staticmethod
-    def _fit_default_budget(body: Any, prompt_tokens: int, applied, largest: int) -> int:
-        """A budget the client never asked for shrinks to fit the largest pool of the request's
-        model (`largest`); an explicit one is honoured or refused."""
-        if applied.defaulted and prompt_tokens < largest < prompt_tokens + applied.max_tokens:
-            body.max_tokens = largest - prompt_tokens
-            return body.max_tokens
-        return applied.max_tokens
-
     def _route(
         self, scenario_name: str, scenario: ScenarioConfig, model: str, prompt_tokens: int, max_tokens: int,
         pinned_pool: str | None,
@@ -310,14 +373,18 @@ class TrilemmaRouter(OpenAiIngress):
         ))
 
     async def _forward(
-        self, pool: str, call_method: str, body: Any, request: Request, prompt_tokens: int,
-        max_tokens: int, scenario_name: str, scenario: ScenarioConfig, record: Callable[..., None],
-        timeline: RequestTimeline | None,
+        self, plan: RoutePlan, call_method: str, body: Any, request: Request, scenario_name: str,
+        scenario: ScenarioConfig, record: Callable[..., None], timeline: RequestTimeline | None,
+        confirming: asyncio.Future[RoutePlan] | None,
     ) -> Response:
+        """Sends the request on `plan`; when that was made on the estimate, `confirming` holds
+        its first item until the exact count confirms the plan (raising Replanned if not)."""
+        pool, max_tokens = plan.decision.pool, plan.max_tokens
         client_wants_usage = bool(body.stream and body.stream_options and body.stream_options.include_usage)
         first, stream, ttft_ms = await self._pool_client.open(
-            pool, call_method, body, request, prompt_tokens, scenario.priority, timeline
+            pool, call_method, body, request, plan.prompt_tokens, scenario.priority, timeline, hold=confirming
         )
+        prompt_tokens = (confirming.result() if confirming else plan).prompt_tokens
         first_chunk = first[0] if isinstance(first, list) else first
         if isinstance(first_chunk, ErrorResponse):
             status = int(first_chunk.error.code or 500)

@@ -28,8 +28,9 @@ _DATA = "data: "
 
 
 def prompt_tokens_hint(headers: dict[str, str] | None, request: Any) -> int:
-    """The router's exact count when it sent one; otherwise a rough one (4 characters a token)
-    that only sets the request's prefill weight until the engine reports usage."""
+    """The router's count, or its estimate when the request left before its count was done;
+    otherwise a rough one (4 characters a token). It only sets the request's prefill weight
+    until the engine reports usage."""
     value = (headers or {}).get(wire.PROMPT_TOKENS_HEADER)
     if value and value.isdigit():
         return int(value)

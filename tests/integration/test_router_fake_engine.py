@@ -49,6 +49,45 @@ def test_long_request_goes_to_long_pool(client):
     assert "> threshold 1024: long pool" in response.headers["x-trilemma-route-reason"]
 
 
+def teach_the_estimate(client, content: str) -> None:
+    """Requests the router counts, so that its estimate's tokens per byte become this text's."""
+    for _ in range(15):
+        assert chat(client, content=content, max_tokens=1).status_code == 200
+
+
+def test_a_request_its_estimate_misplaces_is_moved_by_the_exact_count(client):
+    teach_the_estimate(client, "hi")  # about 0.2 tokens per byte, with the chat template
+    # A digit is a token: about 330 tokens by the estimate, 1530 by the count.
+    response = chat(client, content="1234567890" * 150, max_tokens=5)
+    assert response.status_code == 200, response.text
+    assert response.headers["x-trilemma-pool"] == "long" == served_by(response)
+    reason = response.headers["x-trilemma-route-reason"]
+    assert "prompt 1530 + max_tokens 5 = 1535 > threshold 1024: long pool" in reason
+    assert "moved from pool 'short' (max_tokens 5), where an estimate of" in reason
+    assert response.headers["x-trilemma-prompt-tokens"] == "1530"
+
+
+def test_a_request_sent_on_its_estimate_is_withdrawn_when_the_count_refuses_it(client):
+    teach_the_estimate(client, "hi")
+    # About 1,800 tokens by the estimate, which the long pool takes; 9,030 by the count.
+    response = chat(client, content="1234567890" * 900, max_tokens=5)
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["code"] == "context_length_exceeded"
+    assert "prompt 9030 + max_tokens 5" in error["message"] and "8192" in error["message"]
+    assert "x-trilemma-pool" not in response.headers  # it was not served anywhere
+    assert_healthy(client)
+
+
+def test_a_request_its_estimate_would_refuse_is_served_on_the_exact_count(client):
+    teach_the_estimate(client, "1234567890" * 20)  # about 0.9 tokens per byte
+    # About 8,300 tokens by the estimate, over the largest pool's 8192; 1,830 by the count.
+    response = chat(client, content="word " * 1800, max_tokens=5)
+    assert response.status_code == 200, response.text
+    assert response.headers["x-trilemma-pool"] == "long" == served_by(response)
+    assert "moved" not in response.headers["x-trilemma-route-reason"]
+
+
 def test_scenario_path_and_header_agree(client):
     by_path = chat(client, path="/api/cost", max_tokens=500)
     by_header = chat(client, headers={"X-Scenario": "cost"}, max_tokens=500)

@@ -33,3 +33,29 @@ async def test_completion_prompt_forms(counter):
     longest = await counter.count_completion(["short", "a much longer prompt than the first one"])
     assert longest == await counter.count_completion("a much longer prompt than the first one")
     assert await counter.count_completion("word " * 1000) >= 1000
+
+
+async def test_a_size_has_its_estimate_at_once_and_its_exact_count_after(embedded_model_dir):
+    counter = PromptTokenCounter(str(embedded_model_dir))
+    messages = [{"role": "user", "content": "What is the capital of France?"}]
+    size = counter.size_chat(messages)
+    assert size.estimate >= 1
+    assert await size.exact == await counter.count_chat(messages)
+
+
+async def test_the_estimate_learns_the_tokens_per_byte_of_what_it_counts(embedded_model_dir):
+    counter = PromptTokenCounter(str(embedded_model_dir))
+    digits = "1234567890" * 150  # a digit is a token: four times the tokens of English text per byte
+    exact = await counter.count_completion(digits)
+    first = counter.size_completion(digits).estimate
+    assert first < exact / 2
+    for _ in range(20):
+        await counter.count_completion(digits)
+    assert abs(counter.size_completion(digits).estimate - exact) < exact * 0.05
+
+
+async def test_a_prompt_of_token_ids_is_sized_without_a_count(counter):
+    size = counter.size_completion([[1, 2], [3, 4, 5]])
+    assert await size.exact == size.estimate == 3
+    ids = counter.size_completion(list(range(7)))
+    assert ids.exact.done() and ids.estimate == 7
