@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from typing import Any
+from typing import Any, Callable
 
 # Tokens per UTF-8 byte before any count has been made: about 4 bytes a token, English text
 # through a BPE tokenizer. Counts correct it from the first request on.
@@ -37,6 +37,7 @@ class PromptTokenCounter:
     def __init__(self, tokenizer_source: str) -> None:
         self._source = tokenizer_source
         self._tokenizer = None
+        self._lengths: Callable[[list[str], bool], list[int]] | None = None
         self._tokens_per_byte = FIRST_TOKENS_PER_BYTE
 
     def load(self) -> None:
@@ -44,6 +45,7 @@ class PromptTokenCounter:
             from transformers import AutoTokenizer
 
             self._tokenizer = AutoTokenizer.from_pretrained(self._source)
+            self._lengths = _token_lengths(self._tokenizer)
 
     def size_chat(self, messages: list[Any]) -> PromptSize:
         """The chat template is rendered here (tens of microseconds); only the encoding, a
@@ -89,13 +91,25 @@ class PromptTokenCounter:
 
     async def _count(self, texts: list[str], add_special_tokens: bool) -> int:
         # Off the event loop: a 32K-token prompt takes tens of milliseconds to encode.
-        counts = await asyncio.to_thread(
-            lambda: [len(self._tokenizer.encode(text, add_special_tokens=add_special_tokens)) for text in texts]
-        )
+        counts = await asyncio.to_thread(self._lengths, texts, add_special_tokens)
         for text, count in zip(texts, counts):
             if text:
                 self._tokens_per_byte += RATIO_SMOOTHING * (count / len(text.encode()) - self._tokens_per_byte)
         return max(counts)
+
+
+def _token_lengths(tokenizer: Any) -> Callable[[list[str], bool], list[int]]:
+    """How many tokens each text encodes to. A fast tokenizer's own Rust encoder lets go of the
+    GIL while it works, so the event loop goes on beside it; transformers' `encode` around it
+    adds as much time again in Python, holding the GIL (555 tokens: 0.49 against 0.77 ms)."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        return lambda texts, special: [len(tokenizer.encode(text, add_special_tokens=special)) for text in texts]
+    # A tokenizer file may set truncation, which would cap the count; transformers lifts it per call.
+    backend.no_truncation()
+    backend.no_padding()
+    encode = getattr(backend, "encode_batch_fast", backend.encode_batch)  # the first skips offsets
+    return lambda texts, special: [len(encoding) for encoding in encode(texts, add_special_tokens=special)]
 
 
 def _known(tokens: int) -> PromptSize:

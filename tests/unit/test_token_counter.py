@@ -59,3 +59,15 @@ async def test_a_prompt_of_token_ids_is_sized_without_a_count(counter):
     assert await size.exact == size.estimate == 3
     ids = counter.size_completion(list(range(7)))
     assert ids.exact.done() and ids.estimate == 7
+
+
+async def test_counts_agree_with_the_tokenizers_own_encode(counter, embedded_model_dir):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(embedded_model_dir))
+    text = "Routing counts what the engine sees: 32,768 tokens, émigré, 東京, 🙂.\n" * 40
+    assert await counter.count_completion(text) == len(tokenizer.encode(text))
+    rendered = tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
+                                             add_generation_prompt=True)
+    chat = await counter.count_chat([{"role": "user", "content": text}])
+    assert chat == len(tokenizer.encode(rendered, add_special_tokens=False))
