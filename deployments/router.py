@@ -271,6 +271,7 @@ class TrilemmaRouter(OpenAiIngress):
                 raise
             except Replanned as moved:
                 moves.append(str(moved))
+                self._accounting.metrics.route_moved(scenario_name, moved.was.decision.pool, moved.plan.decision.pool)
                 plan = moved.plan
                 continue
             except PoolFailed as failure:

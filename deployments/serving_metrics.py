@@ -50,6 +50,11 @@ class RequestMetrics:
             wire.PROMPT_TOKENS_SAVED_TOTAL, "Prompt tokens removed by whitespace normalization.",
             tag_keys=("scenario",),
         )
+        self.route_moves = Counter(
+            wire.ROUTE_MOVES_TOTAL, "Requests that the prompt's exact token count moved to another pool or "
+            "budget after its estimate had sent them (from_pool to to_pool).",
+            tag_keys=("from_pool", "to_pool", "scenario"),
+        )
         self.tpot = Histogram(
             wire.TPOT_SECONDS, "Time per output token after the first, of streamed requests.",
             boundaries=list(wire.TPOT_BUCKETS_S), tag_keys=("pool", "scenario", "priority"),
@@ -63,6 +68,9 @@ class RequestMetrics:
     def daily_budgets(self, budgets: dict[str, float]) -> None:
         for tenant, usd in budgets.items():
             self.daily_budget.set(usd, {"tenant": tenant})
+
+    def route_moved(self, scenario: str, from_pool: str, to_pool: str) -> None:
+        self.route_moves.inc(1, {"from_pool": from_pool, "to_pool": to_pool, "scenario": scenario})
 
     def prompt_tokens_saved(self, scenario: str, tokens: int) -> None:
         if tokens > 0:

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import json
+import time
 
+import httpx
 import pytest
 
+from core.prometheus_text import samples as metric_samples
 from tests.fake_engine import FAIL_MARKER, FAIL_MIDSTREAM_MARKER
+from tests.support import METRICS_TEST_PORT
 
 pytestmark = pytest.mark.integration
 
@@ -55,7 +59,15 @@ def teach_the_estimate(client, content: str) -> None:
         assert chat(client, content=content, max_tokens=1).status_code == 200
 
 
+def route_moves(from_pool: str, to_pool: str) -> float:
+    """The moves Ray's metrics exporter has seen so far (`trilemma_route_moves_total`)."""
+    text = httpx.get(f"http://127.0.0.1:{METRICS_TEST_PORT}/metrics", timeout=10).text
+    return sum(value for labels, value in metric_samples(text, "ray_trilemma_route_moves_total").items()
+               if dict(labels).get("from_pool") == from_pool and dict(labels).get("to_pool") == to_pool)
+
+
 def test_a_request_its_estimate_misplaces_is_moved_by_the_exact_count(client):
+    moved_before = route_moves("short", "long")
     teach_the_estimate(client, "hi")  # about 0.2 tokens per byte, with the chat template
     # A digit is a token: about 330 tokens by the estimate, 1530 by the count.
     response = chat(client, content="1234567890" * 150, max_tokens=5)
@@ -65,6 +77,10 @@ def test_a_request_its_estimate_misplaces_is_moved_by_the_exact_count(client):
     assert "prompt 1530 + max_tokens 5 = 1535 > threshold 1024: long pool" in reason
     assert "moved from pool 'short' (max_tokens 5), where an estimate of" in reason
     assert response.headers["x-trilemma-prompt-tokens"] == "1530"
+    deadline = time.monotonic() + 60  # Ray exports application metrics every few seconds
+    while route_moves("short", "long") < moved_before + 1 and time.monotonic() < deadline:
+        time.sleep(1)
+    assert route_moves("short", "long") == moved_before + 1
 
 
 def test_a_request_sent_on_its_estimate_is_withdrawn_when_the_count_refuses_it(client):
