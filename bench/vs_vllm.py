@@ -100,8 +100,8 @@ def bench_serve(client: VllmBenchClient, url: str, model: str, tokenizer: str, *
     draws its own text, and a server that sends no chunk for a token without text (a skipped
     special token, part of a character) stretches a gap over several steps."""
     name = f"run-{time.monotonic_ns()}.json"
-    argv = ["--backend", "openai-chat", "--base-url", url, "--endpoint", "/v1/chat/completions", "--model", model, "--tokenizer", tokenizer,
-            "--dataset-name", "random", "--random-input-len", str(input_len), "--random-output-len",
+    argv = ["--backend", "openai-chat", "--base-url", url, "--endpoint", "/v1/chat/completions", "--model", model,
+            "--tokenizer", tokenizer, "--dataset-name", "random", "--random-input-len", str(input_len), "--random-output-len",
             str(output_len), "--ignore-eos", "--max-concurrency", str(concurrency), "--num-prompts",
             str(num_prompts), "--seed", str(seed), "--percentile-metrics", "ttft,tpot,itl,e2el",
             "--metric-percentiles", "50,99", "--temperature", str(temperature),

@@ -38,7 +38,7 @@ from serving.pool_choice import PoolChooser, PoolRequest
 from serving.pool_health import PoolHealth
 from serving.quality_ledger import QualityLedger
 from serving.request_timeline import RequestTimeline
-from serving.route_plan import Replanned, RoutePlan, fit_default_budget
+from serving.route_plan import PlanFor, Replanned, RoutePlan, confirmed_plan, first_plan, fit_default_budget
 from serving.routing import RouteDecision, RoutingPolicy
 from serving.scenarios import AppliedProfile, apply_profile, normalize_request, requested_max_tokens
 from serving.token_counter import PromptSize, PromptTokenCounter
@@ -237,7 +237,7 @@ class TrilemmaRouter(OpenAiIngress):
 
     async def _route_and_forward(
         self, body: Any, call_method: str, request: Request, scenario_name: str, scenario: ScenarioConfig,
-        tenant: str, size: PromptSize, plan_for: Callable[..., RoutePlan], headers: dict[str, str],
+        tenant: str, size: PromptSize, plan_for: PlanFor, headers: dict[str, str],
         timeline: RequestTimeline | None,
     ) -> Response:
         """Routes the request and forwards it: first on the prompt's estimated size while its
@@ -247,7 +247,7 @@ class TrilemmaRouter(OpenAiIngress):
         client_priority = body.priority
         failures: list[PoolFailed] = []
         moves: list[str] = []  # what came before this attempt, for the route's reason
-        plan = await self._first_plan(size, plan_for)
+        plan = await first_plan(size, plan_for)
         while True:
             history = "".join(f"; {move}" for move in moves)
             if plan.exact:  # else named once the count confirms the plan
@@ -258,7 +258,7 @@ class TrilemmaRouter(OpenAiIngress):
                 self._accounting.record, pool=plan.decision.pool, scenario=scenario_name, tenant=tenant,
                 priority=scenario.priority,
             )
-            confirming = None if plan.exact else asyncio.ensure_future(self._confirm(
+            confirming = None if plan.exact else asyncio.ensure_future(confirmed_plan(
                 plan, size, plan_for, functools.partial(self._name_route, headers, history=history)
             ))
             try:
@@ -318,31 +318,6 @@ class TrilemmaRouter(OpenAiIngress):
         )
         decision = self._route(scenario_name, scenario, model, prompt_tokens, max_tokens, pinned_pool)
         return RoutePlan(decision, prompt_tokens, max_tokens, exact)
-
-    @staticmethod
-    async def _first_plan(size: PromptSize, plan_for: Callable[..., RoutePlan]) -> RoutePlan:
-        """On the estimate while the count runs; on the count when it is already done, or when
-        the estimate is refused: a refusal is only ever made on the exact count."""
-        if not size.exact.done():
-            try:
-                return plan_for(size.estimate, exact=False)
-            except ApiError:
-                pass
-        return plan_for(await size.exact, exact=True)
-
-    @staticmethod
-    async def _confirm(
-        plan: RoutePlan, size: PromptSize, plan_for: Callable[..., RoutePlan],
-        name_route: Callable[[RoutePlan], None],
-    ) -> RoutePlan:
-        """The plan on the exact count, named in the answer's headers; raises Replanned when it
-        differs from `plan` (made on the estimate), and the request's refusal when the count
-        brings one."""
-        exact = plan_for(await size.exact, exact=True)
-        if not exact.same_route(plan):
-            raise Replanned(exact, was=plan)
-        name_route(exact)
-        return exact
 
     @staticmethod
     def _name_route(headers: dict[str, str], plan: RoutePlan, history: str = "") -> None:

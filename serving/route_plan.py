@@ -9,8 +9,15 @@ exact count says (`Replanned`). Every refusal is made on the exact count.
 from __future__ import annotations
 
 import dataclasses
+from typing import Callable
 
+from core.errors import ApiError
 from serving.routing import RouteDecision
+from serving.token_counter import PromptSize
+
+# Plans a route for a prompt of so many tokens (`exact`: on the count, not the estimate), or
+# raises the request's refusal.
+PlanFor = Callable[..., "RoutePlan"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,3 +50,27 @@ def fit_default_budget(prompt_tokens: int, max_tokens: int, *, defaulted: bool, 
     if defaulted and prompt_tokens < largest < prompt_tokens + max_tokens:
         return largest - prompt_tokens
     return max_tokens
+
+
+async def first_plan(size: PromptSize, plan_for: PlanFor) -> RoutePlan:
+    """On the estimate while the count runs; on the count when it is already done, or when the
+    estimate is refused: a refusal is only ever made on the exact count."""
+    if not size.exact.done():
+        try:
+            return plan_for(size.estimate, exact=False)
+        except ApiError:
+            pass
+    return plan_for(await size.exact, exact=True)
+
+
+async def confirmed_plan(
+    plan: RoutePlan, size: PromptSize, plan_for: PlanFor, name_route: Callable[[RoutePlan], None],
+) -> RoutePlan:
+    """The plan on the exact count, handed to `name_route` (the answer's headers) once it
+    confirms `plan` (made on the estimate); raises Replanned when it differs, and the request's
+    refusal when the count brings one."""
+    exact = plan_for(await size.exact, exact=True)
+    if not exact.same_route(plan):
+        raise Replanned(exact, was=plan)
+    name_route(exact)
+    return exact

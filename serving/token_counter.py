@@ -83,18 +83,19 @@ class PromptTokenCounter:
             return "\n".join(message["content"] for message in plain)
 
     def _size_of_texts(self, texts: list[str], *, add_special_tokens: bool) -> PromptSize:
-        longest = max(len(text.encode()) for text in texts)
+        sizes = [len(text.encode()) for text in texts]
         return PromptSize(
-            estimate=max(1, round(longest * self._tokens_per_byte)),
-            exact=asyncio.ensure_future(self._count(texts, add_special_tokens)),
+            estimate=max(1, round(max(sizes) * self._tokens_per_byte)),
+            exact=asyncio.ensure_future(self._count(texts, sizes, add_special_tokens)),
         )
 
-    async def _count(self, texts: list[str], add_special_tokens: bool) -> int:
+    async def _count(self, texts: list[str], sizes: list[int], add_special_tokens: bool) -> int:
+        """The longest text's tokens; each text's tokens per byte corrects the estimate."""
         # Off the event loop: a 32K-token prompt takes tens of milliseconds to encode.
         counts = await asyncio.to_thread(self._lengths, texts, add_special_tokens)
-        for text, count in zip(texts, counts):
-            if text:
-                self._tokens_per_byte += RATIO_SMOOTHING * (count / len(text.encode()) - self._tokens_per_byte)
+        for size, count in zip(sizes, counts):
+            if size:
+                self._tokens_per_byte += RATIO_SMOOTHING * (count / size - self._tokens_per_byte)
         return max(counts)
 
 
