@@ -19,6 +19,7 @@ pytestmark = pytest.mark.integration
 MODEL = "SmolLM2-135M-Instruct"
 IDLE_S = 2.0
 WAKE_S = 0.6
+TIMER_SLACK_S = 0.002
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +61,9 @@ def test_an_idle_engine_sleeps_and_the_next_request_wakes_it(sleepy_url):
         assert status == 200
         assert seconds >= WAKE_S  # the request waited for the wake, not for a cold start
         replica = short_replica(client)
-        assert not replica["asleep"] and replica["last_wake_s"] >= WAKE_S
+        # The fake's wake is an asyncio sleep of WAKE_S on the replica's loop, which Ray makes a
+        # uvloop: its timers count whole milliseconds and may fire up to one early (0.59992 s seen).
+        assert not replica["asleep"] and replica["last_wake_s"] >= WAKE_S - TIMER_SLACK_S
         # Awake again, the next request pays no wake.
         status, seconds = ask(client)
         assert status == 200 and seconds < WAKE_S
