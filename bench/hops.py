@@ -10,6 +10,13 @@ gaps between the events the client receives (those with text, and all), between 
 router got from the replica and between the engine's outputs as the replica got them (what of a
 long gap the engine made, what the way to the router added, and what came after); each item's
 own way out (replica to router, router to client); and how many tokens arrive in one burst.
+
+The engine hop, from the replica's admission to the first output of vLLM's serving layer, is
+split further by vLLM's own account of the same requests (bench.engine_stats, from the app's
+metrics): the serving layer's work before vLLM stamps the request's arrival and after its first
+token (the output's formatting), vLLM's front end (in vLLM 0.29 the chat template and
+tokenization too, input processing, the way to the engine core and back), the engine core's
+queue and the prefill. Those are means, as the counters give them.
 """
 
 from __future__ import annotations
@@ -19,13 +26,15 @@ import asyncio
 import statistics
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
+from urllib.parse import urlparse
 
 from bench import machine
 from bench.app_ready import wait_until_serving
 from bench.arrivals import LoadShape
 from bench.cli_common import add_api_key_arg, add_output_args, command_line, fail, shown_path
 from bench.datasets import random_dataset
+from bench.engine_stats import EngineStats, app_totals
 from bench.load_generator import run_load
 from bench.metrics import RequestRecord, percentile
 from bench.result_files import write_json
@@ -79,9 +88,10 @@ def _stats(values: list[float]) -> dict[str, float | None]:
 async def measure(
     url: str, model: str, concurrency: int, num_prompts: int, max_tokens: int, *, warmup: int,
     seed: int, api_key: str | None, progress: bool,
+    after_warmup: Callable[[list[RequestRecord]], None] = lambda records: None,
 ) -> list[RequestRecord]:
     """`num_prompts` random prompts (at least two waves of `concurrency`) at `concurrency` in
-    flight, each generating `max_tokens`."""
+    flight, each generating `max_tokens`; `after_warmup` gets the warm-up's records before the load."""
     num_prompts = max(num_prompts, 2 * concurrency)
     # Greedy: a sampled answer draws more tokens without text (a skipped special token), whose
     # events come with empty text, so the gap between the text chunks around them spans several
@@ -89,9 +99,11 @@ async def measure(
     prompts = [replace(p, extra={"ignore_eos": True, "temperature": 0.0})
                for p in random_dataset(warmup + num_prompts, min_words=32, max_words=256,
                                        max_tokens=max_tokens, seed=seed + concurrency)]
+    warmed: list[RequestRecord] = []
     if warmup:
-        await run_load(url, prompts[:warmup], LoadShape(concurrency=warmup), model=model, progress=False,
-                       api_key=api_key)
+        warmed, _ = await run_load(url, prompts[:warmup], LoadShape(concurrency=warmup), model=model,
+                                   progress=False, api_key=api_key)
+    after_warmup(warmed)
     records, _ = await run_load(url, prompts[warmup:], LoadShape(concurrency=concurrency), model=model,
                                 progress=progress, label=f"{concurrency} in flight", api_key=api_key, timing=True)
     return records
@@ -128,13 +140,49 @@ def markdown(result: dict[str, Any]) -> str:
         for p in points) + " |")
     lines += ["", "Requests timed / sent: " + ", ".join(
         f"{p['summary']['timed']}/{p['summary']['requests']} at {p['concurrency']}" for p in points) + "."]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _engine_split(points)) + "\n"
+
+
+# The engine hop's parts, in order: (key, row, what it is of the engine hop's and vLLM's means).
+ENGINE_PARTS = (
+    ("serving_layer", "the replica's serving layer around vLLM's stamps: request checks, the output's formatting",
+     lambda hop, engine: hop - engine["engine_ttft_ms"]),
+    ("front_end", "vLLM's front end: template and tokenization (vLLM 0.29), input processing, the wait for "
+                  "the engine core to end its step and take the request in, the first token's way back",
+     lambda hop, engine: engine["engine_ttft_ms"] - engine["queue_ms"] - engine["prefill_ms"]),
+    ("queued", "queued in the engine core's scheduler", lambda hop, engine: engine["queue_ms"]),
+    ("prefill", "prefill (scheduled to first token)", lambda hop, engine: engine["prefill_ms"]),
+)
+
+
+def engine_split(summary: dict[str, Any], engine: dict[str, Any] | None) -> dict[str, float] | None:
+    """The engine hop's mean, in parts, where vLLM's account of the run could be read."""
+    hop = summary["hops_ms"]["engine"]["mean"]
+    if hop is None or engine is None or any(engine[f"{figure}_ms"] is None for figure in ("engine_ttft", "queue", "prefill")):
+        return None
+    return {"engine_hop": hop, **{key: share(hop, engine) for key, _, share in ENGINE_PARTS}}
+
+
+def _engine_split(points: list[dict[str, Any]]) -> list[str]:
+    split = [p.get("engine_split") for p in points]
+    if not any(split):
+        return []
+    lines = ["", "The engine hop split by vLLM's own account of the same requests (the app's "
+             "`trilemma_engine_stage_*` counters), means in ms:", "",
+             "| part | " + " | ".join(f"{p['concurrency']} in flight" for p in points) + " |",
+             "| --- |" + " --- |" * len(points)]
+    for key, row in (("engine_hop", "engine hop"), *((key, row) for key, row, _ in ENGINE_PARTS)):
+        lines.append(f"| {row} | " + " | ".join("-" if s is None else f"{s[key]:.1f}" for s in split) + " |")
+    return lines
 
 
 def add_hops_command(sub: argparse._SubParsersAction) -> None:
     hops = sub.add_parser("hops", help="the first token's time through the running app, hop by hop, "
                                        "and the chunks after it", allow_abbrev=False)
     hops.add_argument("--url", default="http://127.0.0.1:8000", help="the running app (without /v1)")
+    hops.add_argument("--metrics-url", help="where the app's node serves its metrics, for vLLM's own account "
+                                            "of the engine hop (default: the app's host, port 8080, "
+                                            "local_ray.metrics_export_port's default)")
     add_api_key_arg(hops)
     hops.add_argument("--concurrency", default="1,4", help="requests in flight, comma-separated load points")
     hops.add_argument("--num-prompts", type=int, default=24,
@@ -155,12 +203,24 @@ def bench_hops(args: argparse.Namespace) -> int:
     except ValueError as error:
         return fail(error)
     points = []
+    stats = EngineStats(args.metrics_url or f"http://{urlparse(args.url).hostname}:8080/metrics", app_totals,
+                        settle_s=30.0)
     for concurrency in levels:
+        before = [stats.read()]
+
+        def warmed(records: list[RequestRecord]) -> None:
+            # Once the warm-up's requests are in the figures, so that the load's hold none of them.
+            stats.since(before[0], sum(r.ok for r in records))
+            before[0] = stats.read()
+
         records = asyncio.run(measure(args.url, model, concurrency, args.num_prompts, args.max_tokens,
                                       warmup=args.warmup, seed=args.seed, api_key=args.api_key,
-                                      progress=not args.no_progress))
+                                      progress=not args.no_progress, after_warmup=warmed))
+        summary = hop_summary(records)
+        engine = stats.since(before[0], sum(r.ok for r in records))
         # Each request's hops and TTFT; its series of gaps and delays only in the summary (they are many).
-        points.append({"concurrency": concurrency, "summary": hop_summary(records),
+        points.append({"concurrency": concurrency, "summary": summary, "engine": engine,
+                       "engine_split": engine_split(summary, engine),
                        "records": [{key: value for key, value in r.to_dict().items() if not isinstance(value, list)}
                                    for r in records]})
     name = args.name or "hops"

@@ -24,6 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
+from urllib.parse import urlparse
 
 import httpx
 import yaml
@@ -31,6 +32,7 @@ import yaml
 from bench import machine
 from bench.app_ready import wait_until_serving
 from bench.cli_common import add_app_args, add_output_args, app_config, command_line, fail, shown_path
+from bench.engine_stats import EngineStats, app_totals, plain_vllm_totals, pooled_means
 from bench.metrics import percentile
 from bench.result_files import write_json
 from bench.vllm_bench_client import VllmBenchClient
@@ -129,7 +131,8 @@ def pooled(runs: list[dict[str, Any]]) -> dict[str, Any]:
     failed = sum(run.get("failed", 0) for run in runs)
     return {
         "requests": sum(run["completed"] for run in runs) + failed, "failed": failed,
-        "ttft_ms": {"p50": percentile(ttft, 50), "p99": percentile(ttft, 99)},
+        "ttft_ms": {"p50": percentile(ttft, 50), "p99": percentile(ttft, 99),
+                    "mean": statistics.fmean(ttft) if ttft else None},
         "tpot_ms": {"p50": percentile(tpot, 50), "p99": percentile(tpot, 99)},
         "itl_ms": {"p50": percentile(itl, 50), "p99": percentile(itl, 99)},
         "output_tps": statistics.median(run["output_throughput"] for run in runs),
@@ -137,6 +140,8 @@ def pooled(runs: list[dict[str, Any]]) -> dict[str, Any]:
         # two arms that sent the same chunks; lower where tokens came without a chunk of their own,
         # whose gaps then span several steps.
         "chunks_per_token": sum(len(gaps) + 1 for _, gaps, _ in done) / tokens if tokens else None,
+        # vLLM's own account of the same requests (bench.engine_stats), where the server's could be read.
+        "engine": pooled_means([run.get("engine") for run in runs]),
     }
 
 
@@ -184,12 +189,17 @@ def run_comparison(
     argv = vllm_serve_argv(engine_kwargs, source, model.name, vllm_port, workdir / "vllm-serve.yaml")
     runs: dict[tuple[str, int], list[dict[str, Any]]] = {(arm, c): [] for arm in ARMS for c in levels}
     urls: dict[str, str] = {}
+    engine_stats: dict[str, EngineStats] = {}
     ready_s: dict[str, float | None] = {"app": None}
 
     def load(arm: str, concurrency: int, prompts: int, seed_offset: int) -> dict[str, Any]:
-        return bench_serve(client, urls[arm], model.name, source, concurrency=concurrency, num_prompts=prompts,
-                           input_len=input_len, output_len=output_len, seed=seed + seed_offset, workdir=workdir,
-                           api_key=api_key if arm == "app" else None, temperature=temperature)
+        before = engine_stats[arm].read()
+        run = bench_serve(client, urls[arm], model.name, source, concurrency=concurrency, num_prompts=prompts,
+                          input_len=input_len, output_len=output_len, seed=seed + seed_offset, workdir=workdir,
+                          api_key=api_key if arm == "app" else None, temperature=temperature)
+        # Also after a warm-up: until its requests are in the figures, the next run's would hold them.
+        run["engine"] = engine_stats[arm].since(before, run["completed"])
+        return run
 
     def warm_up(arm: str) -> None:  # the first requests pay for compilation and caches
         load(arm, max(levels), max(levels), rounds * len(levels))
@@ -225,12 +235,16 @@ def run_comparison(
         urls["app"] = app_url or stack.enter_context(deployed(config))
         if not app_url:
             ready_s["app"] = time.monotonic() - started
+        # Ray's metrics agent on the app's node, which takes up to 10 s to show what engines record.
+        metrics_url = f"http://{urlparse(urls['app']).hostname}:{config.local_ray.metrics_export_port}/metrics"
+        engine_stats["app"] = EngineStats(metrics_url, app_totals, settle_s=30.0)
         print(f"vs-vllm: the app serves at {urls['app']}", flush=True)
 
     def start_vllm(stack: contextlib.ExitStack) -> None:
         print("vs-vllm: starting plain vLLM ...", flush=True)
         ready_s["vllm"] = stack.enter_context(plain_vllm(argv, env, vllm_url, workdir / "vllm-serve.log", timeout_s))
         urls["vllm"] = vllm_url
+        engine_stats["vllm"] = EngineStats(f"{vllm_url}/metrics", plain_vllm_totals, settle_s=5.0)
 
     with contextlib.ExitStack() as stack:
         stack.callback(shutdown_local_ray)
@@ -284,7 +298,39 @@ def markdown(result: dict[str, Any]) -> str:
               "before each chunk; equal when both sent the same chunks, lower where tokens came without a chunk "
               "of their own, whose gaps span several steps): " + ", ".join(
                   f"{_share(p['app'])} / {_share(p['vllm'])} at {p['concurrency']}" for p in result["points"]) + "."]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _engine_account(result["points"])) + "\n"
+
+
+def _engine_account(points: list[dict[str, Any]]) -> list[str]:
+    """The table of vLLM's own account (bench.engine_stats), where both arms' could be read."""
+    read = [p for p in points if p["app"].get("engine") and p["vllm"].get("engine")]
+    if not read:
+        return []
+    lines = ["", "Where the first token's time goes, means in ms, app / vLLM: the client's TTFT; vLLM's own "
+             "account of the same requests (read from each server's metrics before and after each run): from "
+             "the arrival vLLM stamps on a request (vLLM 0.29 stamps it before the chat template and "
+             "tokenization) to its first token, and of that the time queued in the engine core and the prefill; "
+             "and what lies outside the engine (HTTP, the app's hops): the client's TTFT less the engine's.", "",
+             "| in flight | client TTFT | engine TTFT | of it queued | of it prefill | outside the engine |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for p in read:
+        a, v = p["app"], p["vllm"]
+        outside = [_less(arm["ttft_ms"].get("mean"), arm["engine"]["engine_ttft_ms"]) for arm in (a, v)]
+        lines.append(
+            f"| {p['concurrency']} | {_pair(a['ttft_ms'].get('mean'), v['ttft_ms'].get('mean'))} "
+            f"| {_pair(a['engine']['engine_ttft_ms'], v['engine']['engine_ttft_ms'])} "
+            f"| {_pair(a['engine']['queue_ms'], v['engine']['queue_ms'])} "
+            f"| {_pair(a['engine']['prefill_ms'], v['engine']['prefill_ms'])} | {_pair(*outside)} |")
+    return lines
+
+
+def _less(total: float | None, part: float | None) -> float | None:
+    return None if total is None or part is None else total - part
+
+
+def _pair(app: float | None, vllm: float | None) -> str:
+    shown = ["-" if value is None else f"{value:.1f}" for value in (app, vllm)]
+    return f"{shown[0]} / {shown[1]}"
 
 
 def _rounds(result: dict[str, Any]) -> str:

@@ -13,7 +13,7 @@ to check on an upgrade: deployments/pool.py overrides `LLMServer._run_request`,
 deployments/pool_engine.py overrides `VLLMEngine._prepare_engine_config` and
 `_start_async_llm_engine` and, while the latter runs, swaps vLLM's
 `vllm.v1.engine.utils.get_mp_context` (tests/unit/test_pool_engine.py checks those names), and
-deployments/kv_cache_probe.py reads the engine's stat loggers.
+deployments/engine_stat_loggers.py reads the engine's stat loggers.
 autoscaling/control_board.py uses Ray core's `internal_kv` (the pure logic may not import this
 module, which would bring Ray Serve in with it).
 """

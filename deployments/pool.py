@@ -25,7 +25,7 @@ from core.config import AdmissionConfig, IdleSleepConfig, StreamBatchingConfig
 from core.price_catalog import ReplicaRate
 from core.upstream import ChatCompletionRequest, CompletionRequest, get_logger, report_llm_usage
 from core.wire import ReplicaStats
-from deployments.kv_cache_probe import KvCacheProbe
+from deployments.engine_stat_loggers import EngineStageTimes, KvCacheProbe, attach
 from deployments.pool_engine import PoolEngine
 from deployments.pool_faults import EngineDied, engine_death_reason
 from deployments.serving_metrics import PoolMetrics
@@ -119,6 +119,7 @@ class PoolServer(LLMServer):
         self._latency = LatencyWindow(AUTOSCALING_WINDOW_S)
         self._last_reported = self._activity.snapshot()
         self._kv_cache = KvCacheProbe.attach(self.engine)
+        attach(self.engine, EngineStageTimes(self._metrics.engine_stage))
         self._concurrency_read_at = float("-inf")
         self._metrics_task = asyncio.create_task(self._export_activity())
         if self._sleep_config.after_s is not None:

@@ -123,6 +123,16 @@ class PoolMetrics:
             wire.POOL_IDLE_USD_TOTAL, "Dollars of replica time with an idle engine.", tag_keys=("pool",),
         )
 
+        # A stage's mean: its seconds over its requests (deployments.engine_stat_loggers names them).
+        self.stage_seconds = Counter(
+            wire.ENGINE_STAGE_SECONDS_TOTAL, "Seconds requests spent in each stage inside the engine, as "
+            "vLLM times them: first_token (from the arrival vLLM stamps to the first token), queued and "
+            "prefill (in the engine core).", tag_keys=("pool", "stage"),
+        )
+        self.stage_requests = Counter(
+            wire.ENGINE_STAGE_REQUESTS_TOTAL, "Requests timed in each stage inside the engine.",
+            tag_keys=("pool", "stage"),
+        )
         self.shed_requests = Counter(
             wire.REQUESTS_SHED_TOTAL,
             "Requests a replica's admission queue refused: `shed` on arrival, `evicted` while "
@@ -147,6 +157,12 @@ class PoolMetrics:
 
     def woke(self, seconds: float) -> None:
         self.wake_seconds.observe(seconds, self._tags)
+
+    def engine_stage(self, stage: str, seconds: float) -> None:
+        tags = {**self._tags, "stage": stage}
+        if seconds > 0:  # Ray's counters take only positive steps; a queue of no time adds none
+            self.stage_seconds.inc(seconds, tags)
+        self.stage_requests.inc(1, tags)
 
     def shed(self, priority: int, action: str) -> None:
         self.shed_requests.inc(1, {**self._tags, "priority": str(priority), "action": action})

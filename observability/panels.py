@@ -58,6 +58,14 @@ def _latency(config: TrilemmaConfig) -> list[Panel]:
                          f"p{q} {{{{pool}}}} {{{{scenario}}}}") for q in (50, 99)),
             f"{words.capitalize()} at the router, of streamed requests; dotted: each scenario's SLO.", slos,
         ))
+    per_stage = "sum by (pool, stage) (rate({}{{%s}}[%s]))" % (POOL, RATE)
+    panels.append(Panel(
+        "Latency", "Inside the engine: mean time per stage by pool", "s", (
+            Target(f"{per_stage.format(wire.ENGINE_STAGE_SECONDS_TOTAL)} / "
+                   f"{per_stage.format(wire.ENGINE_STAGE_REQUESTS_TOTAL)}", "{{pool}} {{stage}}"),
+        ), "vLLM's own timing of each request: first_token from the arrival vLLM stamps on it (before "
+           "its chat template and tokenization) to the first token, queued and prefill in the engine "
+           "core. The TTFT at the router less first_token is the app's own share of the first token."))
     return panels
 
 

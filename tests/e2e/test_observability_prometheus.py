@@ -63,6 +63,9 @@ def loaded(base_url, api_key, prometheus):
     pools = config_for_tests().pools
     counts = {(histogram, pool): f'sum({histogram}_count{{pool="{pool}"}})'
               for histogram in (wire.TTFT_SECONDS, wire.TPOT_SECONDS) for pool in pools}
+    # The engines' stage counters come from the replicas, whose series reach the exporter apart.
+    counts.update({(wire.ENGINE_STAGE_REQUESTS_TOTAL, pool): f'sum({wire.ENGINE_STAGE_REQUESTS_TOTAL}'
+                   f'{{pool="{pool}",stage="queued"}})' for pool in pools})
     expected = settled(prometheus, tuple(counts.values()))
     for _ in range(2):
         for prompt, scenario in requests:
@@ -73,6 +76,7 @@ def loaded(base_url, api_key, prometheus):
             assert "".join(chunk.choices[0].delta.content or "" for chunk in chunks if chunk.choices)
             pool = raw.headers[wire.POOL_HEADER]
             expected[counts[wire.TTFT_SECONDS, pool]] += 1
+            expected[counts[wire.ENGINE_STAGE_REQUESTS_TOTAL, pool]] += 1
             if chunks[-1].usage.completion_tokens > 1:   # a cadence needs a second token
                 expected[counts[wire.TPOT_SECONDS, pool]] += 1
         for (histogram, pool), count in counts.items():
@@ -126,6 +130,37 @@ def test_top_shows_every_pool(loaded, capsys, source):
     text = capsys.readouterr().out
     for pool in config_for_tests().pools:
         assert any(line.startswith(pool) for line in text.splitlines()), text
+
+
+def test_the_engines_own_stage_times_nest_inside_the_wait_the_client_saw(base_url, api_key, prometheus):
+    """vLLM's timing of each request, counted by its replica, reaches Prometheus: every streamed
+    request adds one to each stage of its pool, and the stages nest as the first token's way does:
+    the engine core's prefill inside the engine's first token, inside what the client waited."""
+    def stage(metric: str, name: str) -> str:
+        return f'sum({metric}{{pool="short",stage="{name}"}})'
+
+    stages = ("first_token", "queued", "prefill")
+    seconds = {name: stage(wire.ENGINE_STAGE_SECONDS_TOTAL, name) for name in stages}
+    counts = {name: stage(wire.ENGINE_STAGE_REQUESTS_TOTAL, name) for name in stages}
+    before = settled(prometheus, (*seconds.values(), *counts.values()))
+    client = openai.OpenAI(base_url=f"{base_url}/v1", api_key=api_key, max_retries=0, timeout=180)
+    waited_s, sent = 0.0, 3
+    for _ in range(sent):
+        started = time.monotonic()
+        raw = client.chat.completions.with_raw_response.create(
+            model=MODEL, messages=[{"role": "user", "content": "Name a colour."}], max_tokens=8, stream=True,
+            extra_headers={wire.POOL_HEADER: "short"})
+        first_token_s = None
+        for chunk in raw.parse():
+            if first_token_s is None and chunk.choices and chunk.choices[0].delta.content:
+                first_token_s = time.monotonic() - started
+        assert raw.headers[wire.POOL_HEADER] == "short" and first_token_s is not None
+        waited_s += first_token_s
+    for name in stages:
+        assert wait_for(prometheus, counts[name], before[counts[name]] + sent) == before[counts[name]] + sent, name
+    spent = settled(prometheus, tuple(seconds.values()))
+    first_token, prefill = (spent[seconds[name]] - before[seconds[name]] for name in ("first_token", "prefill"))
+    assert 0 < prefill <= first_token < waited_s
 
 
 def _metrics_of(expr: str) -> set[str]:

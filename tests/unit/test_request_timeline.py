@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.hops import hop_summary
+from bench.hops import engine_split, hop_summary, markdown
 from bench.metrics import RequestRecord
 from core import wire
 from serving import request_timeline
@@ -65,6 +65,24 @@ def test_the_summary_counts_only_requests_with_every_hop():
     assert summary["router_to_client_item_ms"]["p50"] == pytest.approx(1.0)
     assert summary["replica_to_router_item_ms"]["p50"] == pytest.approx(0.5)
     assert summary["replica_to_router_item_ms"]["p99"] > 2.9
+
+
+def test_the_engine_hop_is_split_by_vllms_own_account_and_the_parts_add_up_to_it():
+    hops = {hop: 1.0 for hop, _, _ in HOPS} | {"engine": 40.0}
+    summary = hop_summary([RequestRecord("chat", 0.0, 1.0, ttft_s=0.047, completion_tokens=2, hops_ms=hops)])
+    engine = {"requests": 1, "engine_ttft_ms": 36.0, "queue_ms": 0.5, "prefill_ms": 28.0}
+    split = engine_split(summary, engine)
+    assert split["engine_hop"] == 40.0
+    parts = [value for part, value in split.items() if part != "engine_hop"]
+    assert parts == pytest.approx([4.0, 7.5, 0.5, 28.0])  # serving layer, front end, queue, prefill
+    assert sum(parts) == pytest.approx(40.0)
+    assert engine_split(summary, None) is None  # the app's metrics could not be read
+    assert engine_split(summary, {**engine, "prefill_ms": None}) is None
+    point = {"concurrency": 1, "summary": summary, "engine_split": split}
+    shown = markdown({"name": "h", "command": "c", "url": "u", "machine": "m", "max_tokens": 2, "points": [point]})
+    assert "| queued in the engine core's scheduler | 0.5 |" in shown
+    assert "vLLM's own account" not in markdown({"name": "h", "command": "c", "url": "u", "machine": "m",
+                                                 "max_tokens": 2, "points": [{**point, "engine_split": None}]})
 
 
 def test_each_router_item_is_matched_to_the_first_client_event_after_it():

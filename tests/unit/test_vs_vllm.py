@@ -89,7 +89,19 @@ def test_a_run_stopped_early_keeps_the_rounds_both_arms_finished(tmp_path, monke
     def plain_vllm(*args, **kwargs):
         yield 12.0
 
+    class EngineStats:  # the servers' metrics: plain vLLM's engine takes 30 ms to its first token, the app's 32
+        def __init__(self, url, totals, settle_s):
+            self.ttft_ms = 30.0 if "8100" in url else 32.0
+
+        def read(self):
+            return {}
+
+        def since(self, before, requests):
+            return {"requests": requests, "totals": {"engine_ttft": [self.ttft_ms / 1000 * requests, requests],
+                                                     "queue": [0.0, requests], "prefill": [0.02 * requests, requests]}}
+
     monkeypatch.setattr(vs_vllm, "bench_serve", bench_serve)
+    monkeypatch.setattr(vs_vllm, "EngineStats", EngineStats)
     monkeypatch.setattr(vs_vllm, "VllmBenchClient", Client)
     monkeypatch.setattr(vs_vllm, "plain_vllm", plain_vllm)
     monkeypatch.setattr(vs_vllm, "pool_engine", lambda config, pool, source: ({"max_model_len": 2048}, {}))
@@ -107,4 +119,8 @@ def test_a_run_stopped_early_keeps_the_rounds_both_arms_finished(tmp_path, monke
     saved = json.loads((tmp_path / "cut.json").read_text())
     assert saved["rounds_done"] == 1 and saved["rounds"] == 2
     assert saved["points"][0]["ttft_p50_added_ms"] == pytest.approx(10.0)
-    assert "**1 of 2 rounds** (the run stopped early)" in (tmp_path / "cut.md").read_text()
+    shown = (tmp_path / "cut.md").read_text()
+    assert "**1 of 2 rounds** (the run stopped early)" in shown
+    # The client's TTFT (50 / 40 ms), the engine's own (32 / 30), and what lies outside the engine.
+    assert saved["points"][0]["app"]["engine"]["engine_ttft_ms"] == pytest.approx(32.0)
+    assert "| 1 | 50.0 / 40.0 | 32.0 / 30.0 | 0.0 / 0.0 | 20.0 / 20.0 | 18.0 / 10.0 |" in shown

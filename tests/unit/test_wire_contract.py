@@ -24,6 +24,7 @@ def test_metric_names_are_the_exported_ones():
         "trilemma_tokens_total", "trilemma_request_cost_usd_total", "trilemma_requests_total",
         "trilemma_request_cost_usd", "trilemma_ttft_seconds", "trilemma_tpot_seconds",
         "trilemma_prompt_tokens_saved_total", "trilemma_route_moves_total", "trilemma_engine_busy_seconds_total",
+        "trilemma_engine_stage_seconds_total", "trilemma_engine_stage_requests_total",
         "trilemma_replica_seconds_total", "trilemma_pool_busy_usd_total", "trilemma_pool_idle_usd_total",
         "trilemma_requests_shed_total", "trilemma_requests_in_engine", "trilemma_requests_waiting",
         "trilemma_engine_asleep", "trilemma_engine_wake_seconds",
