@@ -106,3 +106,36 @@ class EngineStats:
                 return None
             self._sleep(0.5)
             waited += 0.5
+
+
+def account_table(points: list[dict[str, Any]]) -> list[str]:
+    """Markdown lines: a comparison's load points (bench.vs_vllm) with both arms' account, the
+    client's mean TTFT beside it; none where an arm's could not be read."""
+    read = [p for p in points if p["app"].get("engine") and p["vllm"].get("engine")]
+    if not read:
+        return []
+    lines = ["", "Where the first token's time goes, means in ms, app / vLLM: the client's TTFT; vLLM's own "
+             "account of the same requests (read from each server's metrics before and after each run): from "
+             "the arrival vLLM stamps on a request (vLLM 0.29 stamps it before the chat template and "
+             "tokenization) to its first token, and of that the time queued in the engine core and the prefill; "
+             "and what lies outside the engine (HTTP, the app's hops): the client's TTFT less the engine's.", "",
+             "| in flight | client TTFT | engine TTFT | of it queued | of it prefill | outside the engine |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for p in read:
+        a, v = p["app"], p["vllm"]
+        outside = [_less(arm["ttft_ms"].get("mean"), arm["engine"]["engine_ttft_ms"]) for arm in (a, v)]
+        lines.append(
+            f"| {p['concurrency']} | {_pair(a['ttft_ms'].get('mean'), v['ttft_ms'].get('mean'))} "
+            f"| {_pair(a['engine']['engine_ttft_ms'], v['engine']['engine_ttft_ms'])} "
+            f"| {_pair(a['engine']['queue_ms'], v['engine']['queue_ms'])} "
+            f"| {_pair(a['engine']['prefill_ms'], v['engine']['prefill_ms'])} | {_pair(*outside)} |")
+    return lines
+
+
+def _less(total: float | None, part: float | None) -> float | None:
+    return None if total is None or part is None else total - part
+
+
+def _pair(app: float | None, vllm: float | None) -> str:
+    shown = ["-" if value is None else f"{value:.1f}" for value in (app, vllm)]
+    return f"{shown[0]} / {shown[1]}"

@@ -32,7 +32,7 @@ import yaml
 from bench import machine
 from bench.app_ready import wait_until_serving
 from bench.cli_common import add_app_args, add_output_args, app_config, command_line, fail, shown_path
-from bench.engine_stats import EngineStats, app_totals, plain_vllm_totals, pooled_means
+from bench.engine_stats import EngineStats, account_table, app_totals, plain_vllm_totals, pooled_means
 from bench.metrics import percentile
 from bench.result_files import write_json
 from bench.vllm_bench_client import VllmBenchClient
@@ -298,39 +298,7 @@ def markdown(result: dict[str, Any]) -> str:
               "before each chunk; equal when both sent the same chunks, lower where tokens came without a chunk "
               "of their own, whose gaps span several steps): " + ", ".join(
                   f"{_share(p['app'])} / {_share(p['vllm'])} at {p['concurrency']}" for p in result["points"]) + "."]
-    return "\n".join(lines + _engine_account(result["points"])) + "\n"
-
-
-def _engine_account(points: list[dict[str, Any]]) -> list[str]:
-    """The table of vLLM's own account (bench.engine_stats), where both arms' could be read."""
-    read = [p for p in points if p["app"].get("engine") and p["vllm"].get("engine")]
-    if not read:
-        return []
-    lines = ["", "Where the first token's time goes, means in ms, app / vLLM: the client's TTFT; vLLM's own "
-             "account of the same requests (read from each server's metrics before and after each run): from "
-             "the arrival vLLM stamps on a request (vLLM 0.29 stamps it before the chat template and "
-             "tokenization) to its first token, and of that the time queued in the engine core and the prefill; "
-             "and what lies outside the engine (HTTP, the app's hops): the client's TTFT less the engine's.", "",
-             "| in flight | client TTFT | engine TTFT | of it queued | of it prefill | outside the engine |",
-             "| --- | --- | --- | --- | --- | --- |"]
-    for p in read:
-        a, v = p["app"], p["vllm"]
-        outside = [_less(arm["ttft_ms"].get("mean"), arm["engine"]["engine_ttft_ms"]) for arm in (a, v)]
-        lines.append(
-            f"| {p['concurrency']} | {_pair(a['ttft_ms'].get('mean'), v['ttft_ms'].get('mean'))} "
-            f"| {_pair(a['engine']['engine_ttft_ms'], v['engine']['engine_ttft_ms'])} "
-            f"| {_pair(a['engine']['queue_ms'], v['engine']['queue_ms'])} "
-            f"| {_pair(a['engine']['prefill_ms'], v['engine']['prefill_ms'])} | {_pair(*outside)} |")
-    return lines
-
-
-def _less(total: float | None, part: float | None) -> float | None:
-    return None if total is None or part is None else total - part
-
-
-def _pair(app: float | None, vllm: float | None) -> str:
-    shown = ["-" if value is None else f"{value:.1f}" for value in (app, vllm)]
-    return f"{shown[0]} / {shown[1]}"
+    return "\n".join(lines + account_table(result["points"])) + "\n"
 
 
 def _rounds(result: dict[str, Any]) -> str:
