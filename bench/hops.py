@@ -38,6 +38,7 @@ from bench.engine_stats import EngineStats, app_totals
 from bench.load_generator import run_load
 from bench.metrics import RequestRecord, percentile
 from bench.result_files import write_json
+from core.config import LocalRayConfig
 from serving.request_timeline import HOPS
 
 # Events that reach the client closer together than this came in one burst: held and sent
@@ -181,7 +182,7 @@ def add_hops_command(sub: argparse._SubParsersAction) -> None:
                                        "and the chunks after it", allow_abbrev=False)
     hops.add_argument("--url", default="http://127.0.0.1:8000", help="the running app (without /v1)")
     hops.add_argument("--metrics-url", help="where the app's node serves its metrics, for vLLM's own account "
-                                            "of the engine hop (default: the app's host, port 8080, "
+                                            "of the engine hop (default: the app's host, at "
                                             "local_ray.metrics_export_port's default)")
     add_api_key_arg(hops)
     hops.add_argument("--concurrency", default="1,4", help="requests in flight, comma-separated load points")
@@ -203,7 +204,8 @@ def bench_hops(args: argparse.Namespace) -> int:
     except ValueError as error:
         return fail(error)
     points = []
-    stats = EngineStats(args.metrics_url or f"http://{urlparse(args.url).hostname}:8080/metrics", app_totals,
+    port = LocalRayConfig.model_fields["metrics_export_port"].default
+    stats = EngineStats(args.metrics_url or f"http://{urlparse(args.url).hostname}:{port}/metrics", app_totals,
                         settle_s=30.0)
     for concurrency in levels:
         before = [stats.read()]

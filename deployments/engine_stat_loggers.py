@@ -48,11 +48,6 @@ class KvCacheProbe(StatLogger):
     def __init__(self) -> None:
         self.usage: float | None = None
 
-    @classmethod
-    def attach(cls, engine: Any) -> KvCacheProbe | None:
-        probe = cls()
-        return probe if attach(engine, probe) else None
-
     def record(self, scheduler_stats: Any, iteration_stats: Any, mm_cache_stats: Any = None,
                engine_idx: int = 0) -> None:
         usage = getattr(scheduler_stats, "kv_cache_usage", None)

@@ -118,7 +118,8 @@ class PoolServer(LLMServer):
         self._work = WorkShare()
         self._latency = LatencyWindow(AUTOSCALING_WINDOW_S)
         self._last_reported = self._activity.snapshot()
-        self._kv_cache = KvCacheProbe.attach(self.engine)
+        kv_cache = KvCacheProbe()
+        self._kv_cache = kv_cache if attach(self.engine, kv_cache) else None
         attach(self.engine, EngineStageTimes(self._metrics.engine_stage))
         self._concurrency_read_at = float("-inf")
         self._metrics_task = asyncio.create_task(self._export_activity())
