@@ -16,8 +16,9 @@ from core.int8_checkpoint import VLLM_METHOD, W8A8_INT8, prepare_w8a8_int8
 from core.model_store import default_cache_dir
 from core.price_catalog import ReplicaRate
 from deployments.model_files import DownloadOnlyRemoteModels
+from deployments import vllm_compile_cache
 from deployments.pool import PoolServer
-from serving.cpu_engine import CPU_ENGINE_ENV
+from serving.cpu_engine import cpu_engine_env
 from serving.engine_ports import DP_MASTER_PORT_ENV, dp_master_port
 from serving.engine_preload import PRELOAD_ENV
 
@@ -63,7 +64,7 @@ def llm_config_for_pool(
     env = dict(pool.env)
     env.setdefault(DP_MASTER_PORT_ENV, str(dp_master_port(pool_slot)))
     if pool.is_cpu:
-        env = {**CPU_ENGINE_ENV, **env}
+        env = {**cpu_engine_env(vllm_compile_cache.registered()), **env}
         placement = {
             "accelerator_config": {"kind": "cpu"},
             "placement_group_config": {"bundles": [dict(pool.resources)]},

@@ -24,12 +24,14 @@ arithmetic's speed, decides that tie. So every x86 CPU runs float32 unless the p
 engine_kwargs name `dtype: bfloat16`, which buys speed at the price of the model's answers.
 
 **Compile cache.** vLLM saves the compiled model ("AOT compile") and loads it on the next start,
-but on the CPU backend its load fails every time ("'function' object has no attribute
-'finalize_loading'"), so every start traced and compiled the model again: 34 s of a warm
-engine's 41 s warm-up on a 2-core EPYC. Without AOT compile vLLM's older cache loads: the warm
-engines alone served after 35 to 37 s instead of 65 to 85 s, and the app after 81 s instead of
-132 s (`bench/results/start-cpu.md`, `start-cpu-aot-on.md`). So CPU engines run with it off,
-unless the pool's `env` sets it.
+which skips tracing the model again. vLLM 0.29's load fails on the CPU backend ("'function'
+object has no attribute 'finalize_loading'"), so that every start traced and compiled the model
+again: 34 s of a warm engine's 41 s warm-up on a 2-core EPYC, where with AOT compile off vLLM's
+older cache served the warm engine after 35 to 37 s instead of 65 to 85 s
+(`bench/results/start-cpu.md`, `start-cpu-aot-on.md`). This package's vLLM plugin
+(deployments/vllm_compile_cache.py) makes the load work, so a CPU engine runs with AOT compile
+on wherever the plugin is installed, and off where it is not (a source tree without the
+package's entry points). A pool's `env` may set it either way.
 """
 
 from __future__ import annotations
@@ -45,9 +47,13 @@ NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 CPUINFO = Path("/proc/cpuinfo")
 
 
-# What every CPU engine's environment holds unless its pool's `env` says otherwise: AOT compile
-# off (see "Compile cache" above).
-CPU_ENGINE_ENV = {"VLLM_USE_AOT_COMPILE": "0"}
+AOT_COMPILE_ENV = "VLLM_USE_AOT_COMPILE"
+
+
+def cpu_engine_env(compile_cache_loads: bool) -> dict[str, str]:
+    """What every CPU engine's environment holds unless its pool's `env` says otherwise: AOT
+    compile on where its cache loads (see "Compile cache" above)."""
+    return {AOT_COMPILE_ENV: "1" if compile_cache_loads else "0"}
 
 
 @dataclass(frozen=True)

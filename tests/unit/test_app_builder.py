@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from core.config import CONFIG_DIR, ConfigError, TrilemmaConfig
+from deployments import vllm_compile_cache
 from deployments.pool import PoolServer, choose_engine_dtype
 from deployments.pool_deployment import deployment_name, llm_config_for_pool
 from serve_app.app import app_builder, build_app
@@ -22,16 +23,20 @@ def test_cpu_pool_is_one_cpu_bundle_with_its_own_core():
     assert llm.deployment_config["ray_actor_options"] == {"num_cpus": 0}
 
 
-def test_cpu_engines_compile_without_the_aot_cache_that_never_loads_unless_the_pool_says():
+def test_cpu_engines_load_the_aot_compile_cache_where_the_plugin_that_fixes_its_load_is_installed(monkeypatch):
     config = TrilemmaConfig.from_yaml(CONFIG_DIR / "local-cpu.yaml")
-    env = llm_config_for_pool("short", config.pools["short"], config.model, "/m").runtime_env["env_vars"]
-    assert env["VLLM_USE_AOT_COMPILE"] == "0"
+
+    def aot_env(config: TrilemmaConfig, pool: str = "short") -> dict[str, str]:
+        return llm_config_for_pool(pool, config.pools[pool], config.model, "/m").runtime_env["env_vars"]
+
+    assert vllm_compile_cache.registered()  # the test environment installs the package
+    assert aot_env(config)["VLLM_USE_AOT_COMPILE"] == "1"
+    monkeypatch.setattr(vllm_compile_cache, "registered", lambda: False)
+    assert aot_env(config)["VLLM_USE_AOT_COMPILE"] == "0"
     pinned = config.with_overrides({"pools.short.env.VLLM_USE_AOT_COMPILE": "1"})
-    env = llm_config_for_pool("short", pinned.pools["short"], pinned.model, "/m").runtime_env["env_vars"]
-    assert env["VLLM_USE_AOT_COMPILE"] == "1"
+    assert aot_env(pinned)["VLLM_USE_AOT_COMPILE"] == "1"
     gpu = TrilemmaConfig.from_yaml(CONFIG_DIR / "gpu.yaml")
-    env = llm_config_for_pool("long", gpu.pools["long"], gpu.model, "/m").runtime_env["env_vars"]
-    assert "VLLM_USE_AOT_COMPILE" not in env
+    assert "VLLM_USE_AOT_COMPILE" not in aot_env(gpu, "long")
 
 
 def test_gpu_pool_names_its_accelerator():

@@ -122,7 +122,7 @@ def test_processor_config_for_cpu_and_gpu_engines():
     assert [bundle["CPU"] for bundle in cpu.placement_group_config["bundles"]] == [1]
     assert cpu.engine_kwargs["max_model_len"] == 2048 and cpu.engine_kwargs["max_num_seqs"] == 4
     assert cpu.engine_kwargs["enforce_eager"] is True and cpu.should_continue_on_error
-    assert cpu.runtime_env == {"env_vars": {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_USE_AOT_COMPILE": "0"}}
+    assert cpu.runtime_env == {"env_vars": {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_USE_AOT_COMPILE": "1"}}
     assert cpu.chat_template_stage["num_cpus"] == 0.25
     gpu = processor_config(config.with_overrides({"engine.accelerator": "H100", "engine.env": {}}), "org/model")
     assert gpu.accelerator_type == "H100" and gpu.placement_group_config is None and gpu.runtime_env is None
