@@ -1,14 +1,21 @@
 """`trilemma bench start`: how long the app takes to serve, against its engines started alone.
 
 Each pool's engine is first started alone with plain `vllm serve` and exactly the pool's
-engine settings: what a user who runs one engine waits for, and, run first, what leaves the
-compile and model caches warm. Then the app is started `--starts` times with `trilemma serve`,
-as `make serve` does, each time until every pool serves, and stopped with SIGTERM. Per start:
+engine settings: what a user who runs one engine waits for. Then the app is started `--starts`
+times with `trilemma serve`, as `make serve` does, each time until every pool serves, and
+stopped with SIGTERM. Both are measured with warm caches: each engine alone and the app are
+started once, unmeasured, before they are timed. vLLM keys its saved compiled model (AOT
+compile) by the whole engine config, where the app's engines and plain `vllm serve` differ, so
+plain vLLM's start does not warm the app's cache. Per start:
 the seconds until every pool served, each replica's start phase by phase (its own log line),
 and the engines that failed to start, with the port collisions (`EADDRINUSE`) counted apart.
 
 Targets: the app's median ready time at most 1.25x the slowest engine alone, and no engine
 that fails to start in any start.
+
+Every start, alone or the app's, is metered (bench.start_cpu): the CPU time its processes spent
+until it served, by what each does. Over the machine's cores, the app's total is the least time
+it could have served in with every core busy.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ from bench import machine
 from bench.app_ready import wait_until_serving
 from bench.cli_common import add_app_args, add_output_args, app_config, command_line, fail, shown_path
 from bench.result_files import write_json
+from bench.start_cpu import CpuMeter
 from bench.vs_vllm import plain_vllm, pool_engine, vllm_serve_argv
 from core.config import ConfigError, TrilemmaConfig
 from core.model_store import resolve_model_source
@@ -55,6 +63,7 @@ class AppStart:
     failed_engines: int = 0
     port_collisions: int = 0
     phases: list[str] = field(default_factory=list)  # each replica's start, phase by phase
+    cpu_s: dict[str, float] = field(default_factory=dict)  # CPU seconds until it served, by role
     stopped_s: float | None = None  # from SIGTERM until `trilemma serve` ended
     exit_code: int | None = None
     error: str | None = None
@@ -86,7 +95,7 @@ def serve_argv(config_path: Path, overrides: list[str]) -> list[str]:
 def start_app_once(argv: list[str], url: str, log: Path, timeout_s: float, stop_wait_s: float) -> AppStart:
     """`trilemma serve` until every pool serves, then SIGTERM and its exit, killed past
     `stop_wait_s`. The console up to the moment it served is what the start is read from."""
-    with open(log, "w") as out:
+    with open(log, "w") as out, CpuMeter() as meter:
         started = time.monotonic()
         process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                    start_new_session=True)
@@ -96,6 +105,8 @@ def start_app_once(argv: list[str], url: str, log: Path, timeout_s: float, stop_
             result = AppStart(ready_s=time.monotonic() - started)
         except ValueError as error:
             result = AppStart(ready_s=None, error=str(error))
+        meter.stop()
+        result.cpu_s = meter.by_role()
         result.failed_engines, result.port_collisions, result.phases = read_start(log.read_text(errors="replace"))
         stopping = time.monotonic()
         if process.poll() is None:
@@ -118,20 +129,28 @@ def _wait_for_engines_to_end(timeout_s: float = 60.0) -> None:
         time.sleep(1.0)
 
 
-def engines_alone(config: TrilemmaConfig, workdir: Path, port: int, timeout_s: float) -> dict[str, float]:
-    """Each pool's engine started alone by plain `vllm serve`: seconds until it answered."""
+def engines_alone(config: TrilemmaConfig, workdir: Path, port: int,
+                  timeout_s: float) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
+    """Each pool's engine started alone by plain `vllm serve`: seconds until it answered, and
+    the CPU seconds it spent until then, by role."""
     ready: dict[str, float] = {}
+    cpu: dict[str, dict[str, float]] = {}
     for pool in config.pools:
         model = config.pool_model(pool)
         source = resolve_model_source(model.source)
         engine_kwargs, env = pool_engine(config, pool, source)
         argv = vllm_serve_argv(engine_kwargs, source, model.name, port, workdir / f"vllm-{pool}.yaml")
-        print(f"start: plain vLLM with pool {pool}'s engine settings ...", flush=True)
-        with plain_vllm(argv, env, f"http://127.0.0.1:{port}", workdir / f"vllm-{pool}.log", timeout_s) as ready_s:
-            ready[pool] = ready_s
+        print(f"start: plain vLLM with pool {pool}'s engine settings, once to warm its caches ...", flush=True)
+        with plain_vllm(argv, env, f"http://127.0.0.1:{port}", workdir / f"vllm-{pool}-warm-up.log", timeout_s) as ready_s:
+            print(f"start: plain vLLM ({pool}) served after {ready_s:.1f} s (warm-up)", flush=True)
+        _wait_for_engines_to_end()
+        with CpuMeter() as meter, plain_vllm(argv, env, f"http://127.0.0.1:{port}", workdir / f"vllm-{pool}.log",
+                                             timeout_s) as ready_s:
+            meter.stop()
+            ready[pool], cpu[pool] = ready_s, meter.by_role()
         print(f"start: plain vLLM ({pool}) served after {ready_s:.1f} s", flush=True)
         _wait_for_engines_to_end()
-    return ready
+    return ready, cpu
 
 
 def judged(alone: dict[str, float], starts: list[AppStart]) -> dict[str, Any]:
@@ -155,8 +174,9 @@ def markdown(result: dict[str, Any]) -> str:
     lines = [
         f"# {result['name']}", "", f"Command: `{result['command']}`", "",
         f"On {result['machine']}. Each pool's engine alone (plain `vllm serve`, the pool's engine settings, "
-        f"run first: the caches are warm for the app): {alone}. Then `trilemma serve` {len(result['starts'])} "
-        "times, each until every pool served, then SIGTERM.", "",
+        f"its second start: the first warmed its caches): {alone}. Then `trilemma serve` "
+        f"{len(result['starts'])} times after a start that warmed its caches{_warm_up(result)}, each until every "
+        "pool served, then SIGTERM.", "",
         "| start | ready (s) | failed engine starts | of them EADDRINUSE | stopped after SIGTERM (s) | exit |",
         "| --- | --- | --- | --- | --- | --- |",
     ]
@@ -171,7 +191,35 @@ def markdown(result: dict[str, Any]) -> str:
     met = ", ".join(f"{name}: {'yes' if ok else '**no**'}" for name, ok in result["targets"].items())
     lines += ["", f"Targets: {met}.", "", "Each replica's start, phase by phase (the last start):", ""]
     lines += [f"- {phase}" for phase in (result["starts"][-1]["phases"] if result["starts"] else [])]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + cpu_markdown(result)) + "\n"
+
+
+def _warm_up(result: dict[str, Any]) -> str:
+    seconds = result.get("app_warm_up_ready_s")
+    return f" (ready after {seconds:.1f} s)" if seconds is not None else ""
+
+
+def cpu_markdown(result: dict[str, Any]) -> list[str]:
+    """The CPU time until ready, by role: each engine alone beside the app's starts, and the
+    least time the app's total allows on this machine's cores."""
+    alone = result.get("engines_alone_cpu_s") or {}
+    starts = [start for start in result["starts"] if start.get("cpu_s")]
+    if not alone and not starts:
+        return []
+    columns = [*(f"{pool} alone" for pool in alone), *(f"app, start {index}" for index, start in
+                                                        enumerate(result["starts"], 1) if start.get("cpu_s"))]
+    figures = [*alone.values(), *(start["cpu_s"] for start in starts)]
+    roles = list(dict.fromkeys(role for figure in figures for role in figure))
+    lines = ["", "CPU seconds until ready, by process (bench/start_cpu.py):", "",
+             "| process | " + " | ".join(columns) + " |", "| --- |" + " --- |" * len(columns)]
+    lines += [f"| {role} | " + " | ".join(f"{figure.get(role, 0.0):.1f}" for figure in figures) + " |" for role in roles]
+    lines.append("| **total** | " + " | ".join(f"**{sum(figure.values()):.1f}**" for figure in figures) + " |")
+    cores = result.get("cores")
+    if starts and cores:
+        median = statistics.median(sum(start["cpu_s"].values()) for start in starts)
+        lines += ["", f"The app's median {median:.1f} CPU seconds would keep all {cores} cores of this machine busy "
+                      f"for {median / cores:.1f} s: it could not serve sooner without spending less."]
+    return lines
 
 
 def add_start_command(sub: argparse._SubParsersAction) -> None:
@@ -195,9 +243,13 @@ def bench_start(args: argparse.Namespace) -> int:
     url = f"http://127.0.0.1:{config.http.port}"
     with tempfile.TemporaryDirectory(prefix="bench-start-") as workdir:
         try:
-            alone = engines_alone(config, Path(workdir), args.vllm_port, args.ready_timeout_s)
+            alone, alone_cpu = engines_alone(config, Path(workdir), args.vllm_port, args.ready_timeout_s)
         except RuntimeError as error:
             return fail(error)
+        print("start: the app, once to warm its caches ...", flush=True)
+        warm_up = start_app_once(serve_argv(args.config, args.set), url, Path(workdir) / "serve-warm-up.log",
+                                 args.ready_timeout_s, stop_bound_s(config) + STOP_MARGIN_S)
+        print(f"start: the app's warm-up: {warm_up}", flush=True)
         starts = []
         for index in range(args.starts):
             print(f"start: the app, start {index + 1} of {args.starts} ...", flush=True)
@@ -210,7 +262,9 @@ def bench_start(args: argparse.Namespace) -> int:
                 shutil.copy(log, Path(args.out) / f"{args.name or 'start'}-console-{index + 1}.log")
     name = args.name or "start"
     result = {"name": name, "command": command_line(args), "machine": machine.describe(),
-              "engines_alone_s": alone, "starts": [asdict(start) for start in starts], **judged(alone, starts)}
+              "engines_alone_s": alone, "engines_alone_cpu_s": alone_cpu, "cores": os.cpu_count(),
+              "app_warm_up_ready_s": warm_up.ready_s,
+              "starts": [asdict(start) for start in starts], **judged(alone, starts)}
     json_path = write_json(result, Path(args.out), name)
     md_path = json_path.with_suffix(".md")
     md_path.write_text(markdown(result))

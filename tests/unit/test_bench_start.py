@@ -52,3 +52,26 @@ def test_a_start_that_never_served_fails_the_ready_target_and_is_shown():
                      "engines_alone_s": {"short": 50.0}, "starts": [asdict(s) for s in starts], **verdict})
     assert "not ready: pools ['long'] have no replica serving" in text
     assert "ready at most 1.25x the slowest engine alone: **no**" in text
+
+
+def test_the_cpu_table_sets_each_engine_alone_beside_the_apps_starts_with_the_floor_of_its_cores():
+    starts = [AppStart(ready_s=60.0, cpu_s={"engine workers": 40.0, "router": 8.0}),
+              AppStart(ready_s=62.0, cpu_s={"engine workers": 44.0, "router": 9.0, "Ray daemons": 3.0})]
+    alone = {"short": {"engine workers": 20.0, "vllm serve front end": 8.0}}
+    text = markdown({"name": "start-cpu", "command": "trilemma bench start", "machine": "m",
+                     "engines_alone_s": {"short": 30.0}, "engines_alone_cpu_s": alone, "cores": 2,
+                     "starts": [asdict(s) for s in starts], **judged({"short": 30.0}, starts)})
+    assert "| process | short alone | app, start 1 | app, start 2 |" in text
+    assert "| engine workers | 20.0 | 40.0 | 44.0 |" in text
+    assert "| Ray daemons | 0.0 | 0.0 | 3.0 |" in text
+    assert "| **total** | **28.0** | **48.0** | **56.0** |" in text
+    # The median of 48 and 56 CPU seconds over 2 cores.
+    assert "would keep all 2 cores of this machine busy for 26.0 s" in text
+
+
+def test_a_result_without_cpu_figures_has_no_cpu_table():
+    starts = [AppStart(ready_s=55.0)]
+    text = markdown({"name": "start-cpu", "command": "trilemma bench start", "machine": "m",
+                     "engines_alone_s": {"short": 50.0}, "starts": [asdict(s) for s in starts],
+                     **judged({"short": 50.0}, starts)})
+    assert "CPU seconds" not in text
