@@ -6,9 +6,12 @@ over the cores. `trilemma bench start` meters each start this way, plain `vllm s
 app alike, so that the difference between them has names: the engines' own work, Ray's and
 Serve's processes, the router, the replicas' imports.
 
-A meter samples every process that appeared after it began, every `interval_s`; a process's
+A meter samples every process below the one it runs in (what `trilemma bench start` started:
+plain vLLM's processes, or `trilemma serve` with the Ray cluster it starts and every worker of
+it, which it keeps below itself as their subreaper), every `interval_s`; a process's
 figure is its own user and system time at its last sample, so a process that ends between two
-samples (a compiler that inductor ran) loses at most one interval of its time.
+samples (a compiler that inductor ran) loses at most one interval of its time, and its role is
+read from its command line as it was then.
 """
 
 from __future__ import annotations
@@ -47,11 +50,10 @@ def role_of(command_line: str) -> str:
 
 
 class CpuMeter:
-    """CPU seconds of the processes started after it began, sampled in a thread of its own
-    until `stop`."""
+    """CPU seconds of this process's descendants, sampled in a thread of its own until `stop`."""
 
     def __init__(self, interval_s: float = 0.5) -> None:
-        self._before = {process.pid for process in psutil.process_iter()}
+        self._root = psutil.Process()
         self._interval_s = interval_s
         self._seconds: dict[int, float] = {}
         self._roles: dict[int, str] = {}
@@ -73,17 +75,17 @@ class CpuMeter:
             self.sample()
 
     def sample(self) -> None:
-        for process in psutil.process_iter():
-            if process.pid in self._before:
-                continue
+        for process in self._root.children(recursive=True):
             try:
                 times = process.cpu_times()
-                if process.pid not in self._roles or self._roles[process.pid] == OTHER:
-                    # Read again until it is known: a spawned process takes its title after it starts.
-                    self._roles[process.pid] = role_of(" ".join(process.cmdline()))
+                # Read every time: a process takes its title after it starts (a Ray worker becomes
+                # `ray::<actor>`, a spawned engine process `VLLM::<part>`), and its last one names it.
+                command_line = " ".join(process.cmdline())
             except psutil.Error:
                 continue  # ended meanwhile: its last sample stands
             self._seconds[process.pid] = times.user + times.system
+            if command_line:  # a zombie's is empty
+                self._roles[process.pid] = role_of(command_line)
 
     def by_role(self) -> dict[str, float]:
         """CPU seconds by role, the largest first."""

@@ -1,5 +1,5 @@
 """The CPU meter of `trilemma bench start`: each process named by what it does, and the CPU time
-of processes started after the meter, read from the kernel."""
+of the processes below the one it runs in, read from the kernel."""
 
 from __future__ import annotations
 
@@ -31,13 +31,23 @@ def test_each_process_is_named_by_what_it_does(command_line, role):
     assert role_of(command_line) == role
 
 
-def test_the_meter_counts_a_child_that_burns_cpu_and_nothing_that_ran_before_it():
+def test_the_meter_counts_a_child_that_burns_cpu_and_not_the_process_it_runs_in():
     burn = "import time\nend = time.process_time() + 0.6\nwhile time.process_time() < end: pass\n"
     with CpuMeter(interval_s=0.05) as meter:
         subprocess.run([sys.executable, "-c", burn], check=True)
     figures = meter.by_role()
-    # Started after the meter and not named by any role; this test's own process is not counted.
+    # Not named by any role; this test's own process is not counted.
     assert set(figures) == {OTHER}
     assert 0.4 <= figures[OTHER] <= 1.5
     meter.stop()  # a second stop changes nothing
     assert meter.by_role() == figures
+
+
+def test_a_process_is_named_by_the_title_it_takes_after_it_started():
+    # A Ray worker starts as default_worker.py and takes its actor's title once it holds one.
+    retitle = ("import time, setproctitle\nend = time.process_time() + 0.3\nwhile time.process_time() < end: pass\n"
+               "setproctitle.setproctitle('ray::ServeReplica:trilemma:router')\ntime.sleep(0.5)\n")
+    pytest.importorskip("setproctitle")
+    with CpuMeter(interval_s=0.05) as meter:
+        subprocess.run([sys.executable, "-c", retitle], check=True)
+    assert set(meter.by_role()) == {"router"}
