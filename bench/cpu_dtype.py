@@ -5,7 +5,9 @@
 The reference is transformers in float32 on the same weights, computed in this run. Each
 variant is vLLM's offline engine with the short pool's settings (one core, 2048 tokens, 8
 sequences) in a process of its own; it answers the same chat prompts greedily, then is timed:
-one stream, and a batch of 8, both of `--output-tokens` tokens. A variant's answer that leaves
+one stream, and a batch of 8, both of `--output-tokens` tokens. vLLM loads the model it compiled
+on an earlier run of the same variant (its AOT compile cache), except where the variant turns
+that off: run it twice for a warm engine start. A variant's answer that leaves
 the reference is shown with the reference's log-probability gap between its own next token
 and the engine's at that point: a small gap is a near tie that any rounding may flip.
 Writes NAME.json and NAME.md under --out, with the command.
@@ -39,7 +41,11 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "bf16-compiled-emulated-casts": {"dtype": "bfloat16",
                                      "compilation_config": {"inductor_compile_config": {"emulate_precision_casts": True}}},
     "fp32-compiled": {"dtype": "float32"},
+    # The same, tracing and compiling the model again instead of loading vLLM's AOT compile cache.
+    "fp32-compiled-aot-off": {"dtype": "float32"},
 }
+# A variant's environment beyond ENGINE_ENV.
+VARIANT_ENV: dict[str, dict[str, str]] = {"fp32-compiled-aot-off": {"VLLM_USE_AOT_COMPILE": "0"}}
 QUESTIONS = [
     "What is the capital of France?",
     "What is the capital of Japan?",
@@ -152,7 +158,7 @@ def _in_own_process(args: argparse.Namespace, name: str) -> dict[str, Any]:
     command = [sys.executable, "-m", "bench.cpu_dtype", "--model", args.model, "--name", args.name,
                "--answer-tokens", str(args.answer_tokens), "--output-tokens", str(args.output_tokens),
                "--repeats", str(args.repeats), "--child", name, "--child-out", str(out)]
-    subprocess.run(command, check=True, env={**os.environ, **ENGINE_ENV})
+    subprocess.run(command, check=True, env={**os.environ, **ENGINE_ENV, **VARIANT_ENV.get(name, {})})
     measured = json.loads(out.read_text())
     out.unlink()
     return measured

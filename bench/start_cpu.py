@@ -32,6 +32,8 @@ ROLES = (
     ("ServeController", "Serve controller and proxy"),
     ("ProxyActor", "Serve controller and proxy"),
     ("haproxy", "Serve controller and proxy"),
+    ("ray::DashboardAgent", "Ray daemons"),
+    ("ray::RuntimeEnvAgent", "Ray daemons"),
     ("ray::", "other Ray workers"),
     ("default_worker.py", "other Ray workers"),
     ("gcs_server", "Ray daemons"),

