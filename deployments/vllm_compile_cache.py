@@ -10,9 +10,9 @@ failure ... 'function' object has no attribute 'finalize_loading'"), and every s
 and compiled again. Later vLLM releases call the method only where the artifact has it; this
 gives torch's artifact a method that does nothing, which is the same.
 
-On a 2-core EPYC the warm engine's compile warm-up fell from 14 s to 5 s, and the same 12
-greedy chats got the same answers, one at a time and eight at once
-(bench/results/start-cpu-aot-load-ab).
+On a 2-core EPYC a warm engine alone served after 29 to 30 s instead of 35 to 37 s, its compile
+warm-up 7 s instead of 14, and the engine answered 8 greedy chats as transformers' float32
+reference either way (bench/results/start-cpu-aot-load-ab).
 
 vLLM loads the plugins of its `vllm.general_plugins` entry point group (pyproject.toml) in
 every engine process it starts, the engine core and its workers included, before the model is
