@@ -4,11 +4,11 @@ Each pool's engine is first started alone with plain `vllm serve` and exactly th
 engine settings: what a user who runs one engine waits for. Then the app is started `--starts`
 times with `trilemma serve`, as `make serve` does, each time until every pool serves, and
 stopped with SIGTERM. Both are measured with warm caches: each engine alone and the app are
-started once, unmeasured, before they are timed. vLLM keys its saved compiled model (AOT
-compile) by the whole engine config, where the app's engines and plain `vllm serve` differ, so
-plain vLLM's start does not warm the app's cache. Per start:
-the seconds until every pool served, each replica's start phase by phase (its own log line),
-and the engines that failed to start, with the port collisions (`EADDRINUSE`) counted apart.
+started once, unmeasured, before they are timed (`--no-warm-up` skips that). vLLM keys its
+saved compiled model (AOT compile) by the whole engine config, where the app's engines and
+plain `vllm serve` differ, so plain vLLM's start does not warm the app's cache. Per start: the
+seconds until every pool served, each replica's start phase by phase (its own log line), and
+the engines that failed to start, with the port collisions (`EADDRINUSE`) counted apart.
 
 Targets: the app's median ready time at most 1.25x the slowest engine alone, and no engine
 that fails to start in any start.
@@ -129,10 +129,11 @@ def _wait_for_engines_to_end(timeout_s: float = 60.0) -> None:
         time.sleep(1.0)
 
 
-def engines_alone(config: TrilemmaConfig, workdir: Path, port: int,
-                  timeout_s: float) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
-    """Each pool's engine started alone by plain `vllm serve`: seconds until it answered, and
-    the CPU seconds it spent until then, by role."""
+def engines_alone(config: TrilemmaConfig, workdir: Path, port: int, timeout_s: float,
+                  warm_up: bool = True) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
+    """Each pool's engine started alone by plain `vllm serve`, after a start that warmed its
+    caches unless `warm_up` is False: seconds until it answered, and the CPU seconds it spent
+    until then, by role."""
     ready: dict[str, float] = {}
     cpu: dict[str, dict[str, float]] = {}
     for pool in config.pools:
@@ -140,10 +141,12 @@ def engines_alone(config: TrilemmaConfig, workdir: Path, port: int,
         source = resolve_model_source(model.source)
         engine_kwargs, env = pool_engine(config, pool, source)
         argv = vllm_serve_argv(engine_kwargs, source, model.name, port, workdir / f"vllm-{pool}.yaml")
-        print(f"start: plain vLLM with pool {pool}'s engine settings, once to warm its caches ...", flush=True)
-        with plain_vllm(argv, env, f"http://127.0.0.1:{port}", workdir / f"vllm-{pool}-warm-up.log", timeout_s) as ready_s:
-            print(f"start: plain vLLM ({pool}) served after {ready_s:.1f} s (warm-up)", flush=True)
-        _wait_for_engines_to_end()
+        if warm_up:
+            print(f"start: plain vLLM with pool {pool}'s engine settings, once to warm its caches ...", flush=True)
+            with plain_vllm(argv, env, f"http://127.0.0.1:{port}", workdir / f"vllm-{pool}-warm-up.log",
+                            timeout_s) as ready_s:
+                print(f"start: plain vLLM ({pool}) served after {ready_s:.1f} s (warm-up)", flush=True)
+            _wait_for_engines_to_end()
         with CpuMeter() as meter, plain_vllm(argv, env, f"http://127.0.0.1:{port}", workdir / f"vllm-{pool}.log",
                                              timeout_s) as ready_s:
             meter.stop()
@@ -171,12 +174,17 @@ def judged(alone: dict[str, float], starts: list[AppStart]) -> dict[str, Any]:
 
 def markdown(result: dict[str, Any]) -> str:
     alone = ", ".join(f"{pool} {seconds:.1f} s" for pool, seconds in result["engines_alone_s"].items())
+    alone_warmed = app_warmed = ""
+    if result.get("warm_up"):  # older results took the caches as they found them
+        warm_up_s = result.get("app_warm_up_ready_s")
+        alone_warmed = ", its second start: the first warmed its caches"
+        app_warmed = " after a start that warmed its caches" + (
+            f" (ready after {warm_up_s:.1f} s)" if warm_up_s is not None else " (it did not serve)")
     lines = [
         f"# {result['name']}", "", f"Command: `{result['command']}`", "",
-        f"On {result['machine']}. Each pool's engine alone (plain `vllm serve`, the pool's engine settings, "
-        f"its second start: the first warmed its caches): {alone}. Then `trilemma serve` "
-        f"{len(result['starts'])} times after a start that warmed its caches{_warm_up(result)}, each until every "
-        "pool served, then SIGTERM.", "",
+        f"On {result['machine']}. Each pool's engine alone (plain `vllm serve`, the pool's engine settings"
+        f"{alone_warmed}): {alone}. Then `trilemma serve` {len(result['starts'])} times{app_warmed}, each until "
+        "every pool served, then SIGTERM.", "",
         "| start | ready (s) | failed engine starts | of them EADDRINUSE | stopped after SIGTERM (s) | exit |",
         "| --- | --- | --- | --- | --- | --- |",
     ]
@@ -192,11 +200,6 @@ def markdown(result: dict[str, Any]) -> str:
     lines += ["", f"Targets: {met}.", "", "Each replica's start, phase by phase (the last start):", ""]
     lines += [f"- {phase}" for phase in (result["starts"][-1]["phases"] if result["starts"] else [])]
     return "\n".join(lines + cpu_markdown(result)) + "\n"
-
-
-def _warm_up(result: dict[str, Any]) -> str:
-    seconds = result.get("app_warm_up_ready_s")
-    return f" (ready after {seconds:.1f} s)" if seconds is not None else ""
 
 
 def cpu_markdown(result: dict[str, Any]) -> list[str]:
@@ -229,6 +232,8 @@ def add_start_command(sub: argparse._SubParsersAction) -> None:
     start.add_argument("--starts", type=int, default=5, help="how many times the app is started")
     start.add_argument("--vllm-port", type=int, default=8100)
     start.add_argument("--ready-timeout-s", type=float, default=900.0)
+    start.add_argument("--no-warm-up", dest="warm_up", action="store_false",
+                       help="time the first start of each engine alone and of the app (caches known to be warm)")
     add_output_args(start, "start")
     start.set_defaults(func=bench_start)
 
@@ -243,13 +248,15 @@ def bench_start(args: argparse.Namespace) -> int:
     url = f"http://127.0.0.1:{config.http.port}"
     with tempfile.TemporaryDirectory(prefix="bench-start-") as workdir:
         try:
-            alone, alone_cpu = engines_alone(config, Path(workdir), args.vllm_port, args.ready_timeout_s)
+            alone, alone_cpu = engines_alone(config, Path(workdir), args.vllm_port, args.ready_timeout_s, args.warm_up)
         except RuntimeError as error:
             return fail(error)
-        print("start: the app, once to warm its caches ...", flush=True)
-        warm_up = start_app_once(serve_argv(args.config, args.set), url, Path(workdir) / "serve-warm-up.log",
-                                 args.ready_timeout_s, stop_bound_s(config) + STOP_MARGIN_S)
-        print(f"start: the app's warm-up: {warm_up}", flush=True)
+        warm_up = None
+        if args.warm_up:
+            print("start: the app, once to warm its caches ...", flush=True)
+            warm_up = start_app_once(serve_argv(args.config, args.set), url, Path(workdir) / "serve-warm-up.log",
+                                     args.ready_timeout_s, stop_bound_s(config) + STOP_MARGIN_S)
+            print(f"start: the app's warm-up: {warm_up}", flush=True)
         starts = []
         for index in range(args.starts):
             print(f"start: the app, start {index + 1} of {args.starts} ...", flush=True)
@@ -263,7 +270,7 @@ def bench_start(args: argparse.Namespace) -> int:
     name = args.name or "start"
     result = {"name": name, "command": command_line(args), "machine": machine.describe(),
               "engines_alone_s": alone, "engines_alone_cpu_s": alone_cpu, "cores": os.cpu_count(),
-              "app_warm_up_ready_s": warm_up.ready_s,
+              "warm_up": args.warm_up, "app_warm_up_ready_s": warm_up.ready_s if warm_up else None,
               "starts": [asdict(start) for start in starts], **judged(alone, starts)}
     json_path = write_json(result, Path(args.out), name)
     md_path = json_path.with_suffix(".md")

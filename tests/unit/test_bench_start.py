@@ -60,7 +60,10 @@ def test_the_cpu_table_sets_each_engine_alone_beside_the_apps_starts_with_the_fl
     alone = {"short": {"engine workers": 20.0, "vllm serve front end": 8.0}}
     text = markdown({"name": "start-cpu", "command": "trilemma bench start", "machine": "m",
                      "engines_alone_s": {"short": 30.0}, "engines_alone_cpu_s": alone, "cores": 2,
+                     "warm_up": True, "app_warm_up_ready_s": 64.5,
                      "starts": [asdict(s) for s in starts], **judged({"short": 30.0}, starts)})
+    assert "its second start: the first warmed its caches): short 30.0 s" in text
+    assert "2 times after a start that warmed its caches (ready after 64.5 s)" in text
     assert "| process | short alone | app, start 1 | app, start 2 |" in text
     assert "| engine workers | 20.0 | 40.0 | 44.0 |" in text
     assert "| Ray daemons | 0.0 | 0.0 | 3.0 |" in text
@@ -74,4 +77,4 @@ def test_a_result_without_cpu_figures_has_no_cpu_table():
     text = markdown({"name": "start-cpu", "command": "trilemma bench start", "machine": "m",
                      "engines_alone_s": {"short": 50.0}, "starts": [asdict(s) for s in starts],
                      **judged({"short": 50.0}, starts)})
-    assert "CPU seconds" not in text
+    assert "CPU seconds" not in text and "warmed" not in text  # nor a warm-up: the caches as they were

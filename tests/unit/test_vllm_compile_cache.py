@@ -12,10 +12,17 @@ Bundled = aot_compile_types.BundledAOTAutogradSerializableCallable
 
 
 @pytest.fixture
-def torch_as_shipped(monkeypatch):
-    """The class as torch ships it, restored after the test."""
+def torch_as_shipped():
+    """The class as torch ships it during the test (vLLM may have loaded the plugin in this
+    process already), and as it was before the test after it."""
+    before = vars(Bundled).get("finalize_loading")
+    if before is not None:
+        delattr(Bundled, "finalize_loading")
+    yield
     if "finalize_loading" in vars(Bundled):
-        monkeypatch.delattr(Bundled, "finalize_loading")
+        delattr(Bundled, "finalize_loading")
+    if before is not None:
+        Bundled.finalize_loading = before
 
 
 class _InductorOutput:
@@ -43,11 +50,11 @@ def test_after_register_the_call_does_nothing_and_the_artifact_still_runs(torch_
     assert vars(Bundled)["finalize_loading"] is vllm_compile_cache._nothing_to_finalize
 
 
-def test_a_method_torch_ships_itself_is_left_alone(torch_as_shipped, monkeypatch):
+def test_a_method_torch_ships_itself_is_left_alone(torch_as_shipped):
     def shipped(self, vllm_config):
         return "torch's own"
 
-    monkeypatch.setattr(Bundled, "finalize_loading", shipped, raising=False)
+    Bundled.finalize_loading = shipped
     vllm_compile_cache.register()
     assert vars(Bundled)["finalize_loading"] is shipped
 
