@@ -3,6 +3,7 @@ arguments, placement, environment and deployment options."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -64,7 +65,7 @@ def llm_config_for_pool(
     env = dict(pool.env)
     env.setdefault(DP_MASTER_PORT_ENV, str(dp_master_port(pool_slot)))
     if pool.is_cpu:
-        env = {**cpu_engine_env(vllm_compile_cache.registered()), **env}
+        env = {**cpu_engine_env(vllm_compile_cache.registered({**os.environ, **env})), **env}
         placement = {
             "accelerator_config": {"kind": "cpu"},
             "placement_group_config": {"bundles": [dict(pool.resources)]},

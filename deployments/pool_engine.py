@@ -4,9 +4,12 @@ engine on one GPU, and its engine core forked from a process that has imported v
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator
+import os
+from typing import Any, Iterator, Mapping
 
 from core.upstream import VLLMEngine, get_logger
+from deployments import vllm_compile_cache
+from serving.cpu_engine import AOT_COMPILE_ENV
 from serving.engine_preload import preloaded_context
 
 logger = get_logger(__name__)
@@ -32,7 +35,11 @@ class PoolEngine(VLLMEngine):
 
     def _prepare_engine_config(self, callback_ctx: Any) -> tuple[Any, Any, Any]:
         engine_args, frontend_args, vllm_config = super()._prepare_engine_config(callback_ctx)
-        if runs_worker_in_engine_core(vllm_config.parallel_config, on_cpu=_on_cpu()):
+        on_cpu = _on_cpu()
+        warning = unloaded_compile_cache_plugin(os.environ, on_cpu=on_cpu, loads=vllm_compile_cache.registered())
+        if warning:
+            logger.warning(warning)
+        if runs_worker_in_engine_core(vllm_config.parallel_config, on_cpu=on_cpu):
             # Set before the executor class is chosen from it (AsyncLLM) and the engine core
             # process starts; the arguments carry it too, as vLLM's own would.
             vllm_config.parallel_config.distributed_executor_backend = IN_ENGINE_CORE
@@ -75,6 +82,17 @@ def forked_engine_core() -> Iterator[None]:
         yield
     finally:
         engine_utils.get_mp_context = spawn_context
+
+
+def unloaded_compile_cache_plugin(environ: Mapping[str, str], *, on_cpu: bool, loads: bool) -> str | None:
+    """What to warn of where a CPU engine is to load its compiled model but, on this node, vLLM
+    will not load the plugin that makes that load work (the driver decided for its own node)."""
+    if not on_cpu or environ.get(AOT_COMPILE_ENV) != "1" or loads:
+        return None
+    return (f"{AOT_COMPILE_ENV}=1, but vLLM will not load the plugin {vllm_compile_cache.PLUGIN_NAME} on this node "
+            f"(the package is not installed with its entry points, or {vllm_compile_cache.PLUGINS_ENV} leaves it "
+            f"out): vLLM 0.29 cannot load its compile cache on a CPU, so every start of this engine compiles the "
+            f"model again; install the package here, or set {AOT_COMPILE_ENV}: \"0\" in the pool's env")
 
 
 def runs_worker_in_engine_core(parallel_config: Any, *, on_cpu: bool) -> bool:

@@ -23,15 +23,16 @@ AVX512_BF16), bf16 gave the same wrong answer to the same question: bf16's round
 arithmetic's speed, decides that tie. So every x86 CPU runs float32 unless the pool's
 engine_kwargs name `dtype: bfloat16`, which buys speed at the price of the model's answers.
 
-**Compile cache.** vLLM saves the compiled model ("AOT compile") and loads it on the next start,
-which skips tracing the model again. vLLM 0.29's load fails on the CPU backend ("'function'
-object has no attribute 'finalize_loading'"), so that every start traced and compiled the model
-again: 34 s of a warm engine's 41 s warm-up on a 2-core EPYC, where with AOT compile off vLLM's
-older cache served the warm engine after 35 to 37 s instead of 65 to 85 s
-(`bench/results/start-cpu.md`, `start-cpu-aot-on.md`). This package's vLLM plugin
-(deployments/vllm_compile_cache.py) makes the load work, so a CPU engine runs with AOT compile
-on wherever the plugin is installed, and off where it is not (a source tree without the
-package's entry points). A pool's `env` may set it either way.
+**Compile cache.** vLLM saves the compiled model ("AOT compile") and loads it on the next start
+instead of tracing the model again. vLLM 0.29's load fails on the CPU backend ("'function'
+object has no attribute 'finalize_loading'"), and this package's vLLM plugin
+(deployments/vllm_compile_cache.py) makes it work. On a 2-core EPYC a warm engine alone served
+after 29 to 30 s with the cache loaded, 35 to 37 s with AOT compile off (vLLM then traces the
+model on every start), and 65 to 85 s with it on and the load failing
+(`bench/results/start-cpu-aot-load-ab/`, `start-cpu-aot-on.md`). So a CPU engine runs with AOT
+compile on where vLLM will load the plugin, and off where it will not (the package not
+installed with its entry points, or `VLLM_PLUGINS` leaving it out). A pool's `env` may set it
+either way.
 """
 
 from __future__ import annotations

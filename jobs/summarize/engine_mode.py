@@ -14,6 +14,7 @@ among its rows by tokens, so the rows of a pass add up to what its engines cost.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
@@ -50,7 +51,7 @@ def processor_config(config: SummarizeConfig, model_source: str):
         # The job's engines run on this machine's CPU, as the app's CPU pools do theirs.
         engine_kwargs, choice = with_cpu_dtype(engine_kwargs, read_cpu_flags())
         logger.info("engine dtype %s: %s", choice.dtype or "auto", choice.reason)
-        env = {**cpu_engine_env(vllm_compile_cache.registered()), **env}
+        env = {**cpu_engine_env(vllm_compile_cache.registered({**os.environ, **env})), **env}
     options: dict[str, Any] = {
         "model_source": model_source,
         "engine_kwargs": engine_kwargs,

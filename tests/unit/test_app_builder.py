@@ -29,9 +29,12 @@ def test_cpu_engines_load_the_aot_compile_cache_where_the_plugin_that_fixes_its_
     def aot_env(config: TrilemmaConfig, pool: str = "short") -> dict[str, str]:
         return llm_config_for_pool(pool, config.pools[pool], config.model, "/m").runtime_env["env_vars"]
 
-    assert vllm_compile_cache.registered()  # the test environment installs the package
+    assert vllm_compile_cache.registered(), "no entry point: reinstall the package (make setup)"
     assert aot_env(config)["VLLM_USE_AOT_COMPILE"] == "1"
-    monkeypatch.setattr(vllm_compile_cache, "registered", lambda: False)
+    # A pool whose env leaves the plugin out of those vLLM loads.
+    only_lora = config.with_overrides({"pools.short.env.VLLM_PLUGINS": "lora_filesystem_resolver"})
+    assert aot_env(only_lora)["VLLM_USE_AOT_COMPILE"] == "0"
+    monkeypatch.setattr(vllm_compile_cache, "registered", lambda environ: False)  # not installed
     assert aot_env(config)["VLLM_USE_AOT_COMPILE"] == "0"
     pinned = config.with_overrides({"pools.short.env.VLLM_USE_AOT_COMPILE": "1"})
     assert aot_env(pinned)["VLLM_USE_AOT_COMPILE"] == "1"

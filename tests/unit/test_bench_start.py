@@ -60,7 +60,7 @@ def test_the_cpu_table_sets_each_engine_alone_beside_the_apps_starts_with_the_fl
     alone = {"short": {"engine workers": 20.0, "vllm serve front end": 8.0}}
     text = markdown({"name": "start-cpu", "command": "trilemma bench start", "machine": "m",
                      "engines_alone_s": {"short": 30.0}, "engines_alone_cpu_s": alone, "cores": 2,
-                     "warm_up": True, "app_warm_up_ready_s": 64.5,
+                     "warm_up": True, "app_warm_up": asdict(AppStart(ready_s=64.5)),
                      "starts": [asdict(s) for s in starts], **judged({"short": 30.0}, starts)})
     assert "its second start: the first warmed its caches): short 30.0 s" in text
     assert "2 times after a start that warmed its caches (ready after 64.5 s)" in text
@@ -78,3 +78,14 @@ def test_a_result_without_cpu_figures_has_no_cpu_table():
                      "engines_alone_s": {"short": 50.0}, "starts": [asdict(s) for s in starts],
                      **judged({"short": 50.0}, starts)})
     assert "CPU seconds" not in text and "warmed" not in text  # nor a warm-up: the caches as they were
+
+
+def test_an_engine_that_failed_in_the_warm_up_fails_the_target_too():
+    starts = [AppStart(ready_s=55.0)]
+    warm_up = AppStart(ready_s=80.0, failed_engines=1)
+    verdict = judged({"short": 50.0}, starts, warm_up)
+    assert not verdict["targets"]["no engine failed to start"]
+    text = markdown({"name": "start-cpu", "command": "trilemma bench start", "machine": "m",
+                     "engines_alone_s": {"short": 50.0}, "warm_up": True, "app_warm_up": asdict(warm_up),
+                     "starts": [asdict(s) for s in starts], **verdict})
+    assert "after a start that warmed its caches (ready after 80.0 s, 1 failed engine starts)" in text

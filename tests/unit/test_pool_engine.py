@@ -9,7 +9,7 @@ import pytest
 from core.config import CONFIG_DIR, TrilemmaConfig
 from deployments import pool_engine
 from deployments.pool_deployment import llm_config_for_pool
-from deployments.pool_engine import PoolEngine, runs_worker_in_engine_core
+from deployments.pool_engine import PoolEngine, runs_worker_in_engine_core, unloaded_compile_cache_plugin
 
 
 @pytest.mark.parametrize(("backend", "world_size", "on_cpu", "expected"), [
@@ -48,6 +48,20 @@ def test_a_cpu_engine_keeps_the_multiprocess_executor_its_worker_needs(engine):
     _, _, vllm_config = engine._prepare_engine_config(callback_ctx=None)
     assert vllm_config.parallel_config.distributed_executor_backend == "mp"
     assert Executor.get_class(vllm_config) is MultiprocExecutor
+
+
+def test_a_cpu_engine_says_so_where_its_compile_cache_will_not_load(engine, monkeypatch, caplog):
+    on = {"VLLM_USE_AOT_COMPILE": "1"}
+    assert unloaded_compile_cache_plugin(on, on_cpu=True, loads=True) is None
+    assert unloaded_compile_cache_plugin(on, on_cpu=False, loads=False) is None  # vLLM's own backend loads it
+    assert unloaded_compile_cache_plugin({"VLLM_USE_AOT_COMPILE": "0"}, on_cpu=True, loads=False) is None
+    warning = unloaded_compile_cache_plugin(on, on_cpu=True, loads=False)
+    assert "trilemma_compile_cache" in warning and 'VLLM_USE_AOT_COMPILE: "0"' in warning
+    # In the replica, where the engine's config is prepared on the engine's node.
+    monkeypatch.setenv("VLLM_USE_AOT_COMPILE", "1")
+    monkeypatch.setenv("VLLM_PLUGINS", "lora_filesystem_resolver")
+    engine._prepare_engine_config(callback_ctx=None)
+    assert any("will not load the plugin trilemma_compile_cache" in r.getMessage() for r in caplog.records)
 
 
 def test_while_the_engine_starts_vllm_takes_its_process_context_from_the_forkserver(monkeypatch):

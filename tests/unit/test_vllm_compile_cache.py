@@ -45,7 +45,7 @@ def test_after_register_the_call_does_nothing_and_the_artifact_still_runs(torch_
     vllm_compile_cache.register()
     artifact = Bundled(_InductorOutput())
     assert artifact.finalize_loading(object()) is None
-    assert artifact.compiled_fn(1) == 2
+    assert artifact(1) == 2
     vllm_compile_cache.register()  # idempotent: vLLM loads its plugins in several places of a process
     assert vars(Bundled)["finalize_loading"] is vllm_compile_cache._nothing_to_finalize
 
@@ -57,6 +57,13 @@ def test_a_method_torch_ships_itself_is_left_alone(torch_as_shipped):
     Bundled.finalize_loading = shipped
     vllm_compile_cache.register()
     assert vars(Bundled)["finalize_loading"] is shipped
+
+
+def test_vllm_plugins_may_leave_it_out():
+    assert vllm_compile_cache.registered({}), "no entry point: reinstall the package (make setup)"
+    assert vllm_compile_cache.registered({"VLLM_PLUGINS": "lora_filesystem_resolver,trilemma_compile_cache"})
+    assert not vllm_compile_cache.registered({"VLLM_PLUGINS": "lora_filesystem_resolver"})
+    assert not vllm_compile_cache.registered({"VLLM_PLUGINS": ""})
 
 
 def test_vllm_finds_the_plugin_where_it_loads_its_general_plugins():
