@@ -22,9 +22,11 @@ from collections import defaultdict
 
 import psutil
 
+from serving.engine_processes import FORKSERVER_MAIN
+
 # What a process does, by a part of its command line (Ray titles its workers `ray::<actor>` and
 # the dashboard's modules `ray-dashboard-<module>`, vLLM its engine processes `VLLM::<part>`); the
-# first that matches names it. Python's forkserver takes its parent's role (FORKSERVER below).
+# first that matches names it. Python's forkserver takes its parent's role (role_of_process).
 ROLES = (
     ("ray-dashboard-", "Ray daemons"),
     ("VLLM::Worker", "engine workers"),
@@ -46,7 +48,6 @@ ROLES = (
     ("raylet", "Ray daemons"),
     ("site-packages/ray/", "Ray daemons"),  # the dashboard, the log monitor: scripts of Ray's package
 )
-FORKSERVER = "from multiprocessing.forkserver import main"
 OTHER = "other"
 
 
@@ -61,7 +62,7 @@ def role_of_process(process: psutil.Process) -> str | None:
     command_line = " ".join(process.cmdline())
     if not command_line:
         return None
-    if FORKSERVER not in command_line or command_line.startswith("ray-dashboard-"):
+    if FORKSERVER_MAIN not in command_line or command_line.startswith("ray-dashboard-"):
         return role_of(command_line)
     parent = process.parent()
     role = (role_of_process(parent) if parent is not None else None) or OTHER

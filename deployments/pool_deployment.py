@@ -3,7 +3,6 @@ arguments, placement, environment and deployment options."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,6 @@ from core.price_catalog import ReplicaRate
 from deployments.model_files import DownloadOnlyRemoteModels
 from deployments import vllm_compile_cache
 from deployments.pool import PoolServer
-from serving.cpu_engine import cpu_engine_env
 from serving.engine_ports import DP_MASTER_PORT_ENV, dp_master_port
 from serving.engine_preload import PRELOAD_ENV
 
@@ -65,7 +63,7 @@ def llm_config_for_pool(
     env = dict(pool.env)
     env.setdefault(DP_MASTER_PORT_ENV, str(dp_master_port(pool_slot)))
     if pool.is_cpu:
-        env = {**cpu_engine_env(vllm_compile_cache.registered({**os.environ, **env})), **env}
+        env = vllm_compile_cache.with_cpu_engine_env(env)
         placement = {
             "accelerator_config": {"kind": "cpu"},
             "placement_group_config": {"bundles": [dict(pool.resources)]},

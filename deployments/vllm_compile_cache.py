@@ -29,6 +29,8 @@ import os
 from importlib.metadata import entry_points
 from typing import Mapping
 
+from serving.cpu_engine import cpu_engine_env
+
 # The entry point's name in pyproject.toml.
 PLUGIN_NAME = "trilemma_compile_cache"
 PLUGIN_GROUP = "vllm.general_plugins"
@@ -55,6 +57,13 @@ def registered(environ: Mapping[str, str] = os.environ) -> bool:
     if allowed is not None and PLUGIN_NAME not in allowed.split(","):
         return False
     return any(point.name == PLUGIN_NAME for point in entry_points(group=PLUGIN_GROUP))
+
+
+def with_cpu_engine_env(env: Mapping[str, str]) -> dict[str, str]:
+    """A CPU engine's environment: what every CPU engine holds (serving.cpu_engine), AOT compile
+    on where vLLM, run in this environment and `env`, loads this plugin; then `env` itself, which
+    may set any of it."""
+    return {**cpu_engine_env(registered({**os.environ, **env})), **env}
 
 
 def _nothing_to_finalize(self, vllm_config) -> None:  # noqa: ANN001 - vLLM's signature

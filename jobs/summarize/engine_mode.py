@@ -14,7 +14,6 @@ among its rows by tokens, so the rows of a pass add up to what its engines cost.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
@@ -26,7 +25,7 @@ from jobs.summarize.inputs import Document
 from jobs.summarize.mapreduce import Completion, Outcome, Partial
 from jobs.summarize.prompts import Prompts
 from jobs.summarize.stages import RESULT_COLUMNS, ChunkStage
-from serving.cpu_engine import cpu_engine_env, read_cpu_flags, with_cpu_dtype
+from serving.cpu_engine import read_cpu_flags, with_cpu_dtype
 
 logger = logging.getLogger(__name__)
 ERROR_COLUMN = "__inference_error__"  # set by ray.data.llm on a row the engine failed
@@ -51,7 +50,7 @@ def processor_config(config: SummarizeConfig, model_source: str):
         # The job's engines run on this machine's CPU, as the app's CPU pools do theirs.
         engine_kwargs, choice = with_cpu_dtype(engine_kwargs, read_cpu_flags())
         logger.info("engine dtype %s: %s", choice.dtype or "auto", choice.reason)
-        env = {**cpu_engine_env(vllm_compile_cache.registered({**os.environ, **env})), **env}
+        env = vllm_compile_cache.with_cpu_engine_env(env)
     options: dict[str, Any] = {
         "model_source": model_source,
         "engine_kwargs": engine_kwargs,
