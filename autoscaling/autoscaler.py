@@ -17,21 +17,24 @@ from autoscaling.latency import LatencyPolicy
 from autoscaling.policy import Fleet, ScalingDecision, ScalingPolicy
 from autoscaling.signals import PoolSignals
 from autoscaling.state import AutoscalerState
+from autoscaling.traffic_split import SplitDecision, SplitReplicaPolicy, TrafficSplit
 from autoscaling.utilization import UtilizationPolicy
 from core.config import AutoscalingConfig
 
-DEFAULT_POLICIES = (LatencyPolicy, UtilizationPolicy, CostPolicy)
+DEFAULT_POLICIES = (LatencyPolicy, UtilizationPolicy, SplitReplicaPolicy, CostPolicy)
 
 
 @dataclass(frozen=True)
 class Step:
     """One period's outcome: the decision for every pool (hold included), the engine
-    concurrency of the pools with a concurrency rule, and whether the cost profile is in force."""
+    concurrency of the pools with a concurrency rule, whether the cost profile is in force, and
+    the traffic split's decision where one runs."""
 
     decisions: dict[str, ScalingDecision]
     cost_profile: bool
     cost_profile_reason: str = ""
     concurrency: dict[str, ConcurrencyDecision] = field(default_factory=dict)
+    split: SplitDecision | None = None
 
     def targets(self) -> dict[str, int]:
         return {pool: decision.target for pool, decision in self.decisions.items()}
@@ -48,11 +51,14 @@ class Autoscaler:
         self.policies = [policy() for policy in policies]
         self.concurrency_rule = ConcurrencyRulePolicy(calm_after_periods=config.down_after_periods)
 
-    def step(self, signals: dict[str, PoolSignals], now: float) -> Step:
-        fleet = Fleet(signals=signals, bounds=self.bounds, config=self.config,
-                      shrink_order=[p for p in self.shrink_order if p in signals], now=now)
+    def step(self, signals: dict[str, PoolSignals], now: float, split: TrafficSplit | None = None) -> Step:
+        """One period over every pool; `split`, the fleet's traffic split (shared by every pool's
+        policy), decides first: its threshold moves before replicas do."""
         current = {pool: s.replicas for pool, s in signals.items()}
         plan = {pool: self._clamp(pool, n) for pool, n in current.items()}
+        split_decision = split.decide(signals, self.bounds, plan, now) if split is not None else None
+        fleet = Fleet(signals=signals, bounds=self.bounds, config=self.config,
+                      shrink_order=[p for p in self.shrink_order if p in signals], now=now, split=split_decision)
         why: dict[str, ScalingDecision] = {}
         for policy in self.policies:
             for decision in policy.decide(fleet, plan, self.state):
@@ -63,7 +69,8 @@ class Autoscaler:
         concurrency = {pool: self.concurrency_rule.decide(s, self.bounds[pool], self.state.pool(pool))
                        for pool, s in signals.items()}
         return Step(decisions, self.state.cost_profile, self.state.cost_profile_reason,
-                    {pool: decision for pool, decision in concurrency.items() if decision is not None})
+                    {pool: decision for pool, decision in concurrency.items() if decision is not None},
+                    split_decision)
 
     def _clamp(self, pool: str, replicas: int) -> int:
         bounds = self.bounds[pool]

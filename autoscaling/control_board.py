@@ -1,7 +1,7 @@
 """Where the autoscaler leaves what others must see: its state (to survive a controller
-restart), its recent decisions (for `trilemma autoscale explain`), the cost profile (for the
-routers) and each pool's engine concurrency (for the pool replicas); and what the pools leave
-for the routers: how long their replicas take to start.
+restart), its recent decisions (for `trilemma autoscale explain`), the cost profile and the
+traffic split's routing threshold (for the routers) and each pool's engine concurrency (for the
+pool replicas); and what the pools leave for the routers: how long their replicas take to start.
 
 Ray's internal KV store lives in the GCS, not in the Serve controller, so it outlives a
 controller restart and every process of the cluster can read it. Values are JSON.
@@ -29,6 +29,11 @@ def concurrency_key(app: str, pool: str) -> str:
 
 def cost_profile_key(app: str) -> str:
     return f"autoscale/{app}/cost_profile"
+
+
+def split_key(app: str) -> str:
+    """The traffic split: the routing threshold in force, why, and the split's state."""
+    return f"autoscale/{app}/split"
 
 
 def replica_start_key(app: str, pool: str) -> str:

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from autoscaling.bounds import PoolBounds
 from autoscaling.signals import PoolSignals
 from autoscaling.state import AutoscalerState
 from core.config import AutoscalingConfig
+
+if TYPE_CHECKING:
+    from autoscaling.traffic_split import SplitDecision
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,7 @@ class Fleet:
     config: AutoscalingConfig
     shrink_order: list[str]
     now: float
+    split: SplitDecision | None = None  # this period's traffic split, where one runs
 
 
 class ScalingPolicy:

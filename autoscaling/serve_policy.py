@@ -30,11 +30,13 @@ from autoscaling.control_board import (
     concurrency_key,
     cost_profile_key,
     decisions_key,
+    split_key,
     state_key,
 )
 from autoscaling.policy import ScalingDecision
 from autoscaling.signals import PoolSignals
 from autoscaling.state import AutoscalerState
+from autoscaling.traffic_split import SplitState, TrafficSplit
 from core import wire
 from core.config import TrilemmaConfig
 
@@ -46,6 +48,8 @@ _STATE_KEY = "trilemma"
 
 class PoolScalingPolicy:
     _fleets: ClassVar[dict[str, dict[str, PoolSignals]]] = {}
+    # One traffic split per application, shared by its pools' policies; None where it is off.
+    _splits: ClassVar[dict[str, TrafficSplit | None]] = {}
 
     def __init__(self, config: dict[str, Any], pool: str, usd_per_hour: dict[str, float],
                  board: ControlBoard | None = None, export_metrics: bool = True) -> None:
@@ -75,7 +79,7 @@ class PoolScalingPolicy:
         if saved is None:  # a fresh controller: resume from the board, if the pool ran before
             saved = self._read(state_key(app, self._pool))
         self._autoscaler.state = AutoscalerState.from_dict(saved)
-        step = self._autoscaler.step({pool: s for pool, s in fleet.items()}, now)
+        step = self._autoscaler.step({pool: s for pool, s in fleet.items()}, now, self._split(app))
         decision = step.decisions[self._pool]
         self._decided_at, self._target = now, decision.target
         new_state = self._autoscaler.state.to_dict()
@@ -96,6 +100,14 @@ class PoolScalingPolicy:
                                    usd_per_hour=signals.usd_per_hour or self._usd_per_hour,
                                    serving=ctx.current_num_replicas)
 
+    def _split(self, app: str) -> TrafficSplit | None:
+        """The application's traffic split, resumed from the board the first time (a restarted
+        controller keeps the threshold its routers follow)."""
+        if app not in self._splits:
+            saved = self._read(split_key(app)) if self._config.autoscaling.split.enabled else None
+            self._splits[app] = TrafficSplit.from_config(self._config, SplitState.from_dict((saved or {}).get("state")))
+        return self._splits[app]
+
     def _read(self, key: str) -> Any | None:
         try:
             return self._board.get(key)
@@ -106,6 +118,12 @@ class PoolScalingPolicy:
     def _export(self, app: str, step: Step, now: float, state: dict[str, Any]) -> None:
         decision = step.decisions[self._pool]
         record = {"at": now, **decision.to_dict(), "cost_profile": step.cost_profile}
+        # The split's pools carry its moves in their decisions; why it holds is on the board.
+        split = step.split if step.split is not None and self._pool in (self._splits[app].short,
+                                                                         self._splits[app].long) else None
+        if split is not None and (split.moved or split.replicas):
+            record["split"] = f"threshold {split.previous} -> {split.threshold}: {split.reason}" if split.moved \
+                else f"threshold {split.threshold}: {split.reason}"
         concurrency = step.concurrency.get(self._pool)
         if concurrency is not None:
             record["max_in_engine"] = concurrency.target
@@ -115,7 +133,7 @@ class PoolScalingPolicy:
         if self._recent is None:
             self._recent = self._read(decisions_key(app, self._pool)) or []
         last = self._recent[-1] if self._recent else None
-        same = ("current", "target", "policy", "reason", "concurrency", "cost_profile")
+        same = ("current", "target", "policy", "reason", "concurrency", "cost_profile", "split")
         if last is not None and all(last.get(key) == record.get(key) for key in same):
             # The same decision again: one entry with a count, so that changes stay in view.
             last["until"], last["repeated"] = now, last.get("repeated", 1) + 1
@@ -129,10 +147,13 @@ class PoolScalingPolicy:
         if concurrency is not None:
             published[concurrency_key(app, self._pool)] = {"max_in_engine": concurrency.target,
                                                            "reason": concurrency.reason}
+        if split is not None:
+            published[split_key(app)] = {"threshold": split.threshold, "reason": split.reason,
+                                         "state": self._splits[app].state.to_dict()}
         try:
             for key, value in published.items():
                 # Decisions and state change every period; the rest only now and then.
-                if key in (state_key(app, self._pool), decisions_key(app, self._pool)) \
+                if key in (state_key(app, self._pool), decisions_key(app, self._pool), split_key(app)) \
                         or self._published.get(key) != value:
                     self._board.put(key, value)
                     self._published[key] = value

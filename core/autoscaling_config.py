@@ -57,6 +57,45 @@ class CostProfileConfig(StrictModel):
                                "(a higher number); 0 (real-time) is exempt by default.")
 
 
+class TrafficSplitConfig(StrictModel):
+    """The split between a short and a long pool, fitted to the traffic: the routing threshold
+    moves (and, where it cannot move further, a replica) towards the pool with room, from the
+    sizes of the requests the pools served and how loaded each pool is."""
+
+    enabled: bool = Field(False, description="Tune the routing threshold (and replicas) at run time.")
+    short_pool: str | None = Field(None, description="The pool below the threshold; null: the first pool of role short.")
+    long_pool: str | None = Field(None, description="The pool above it; null: the first pool of role long.")
+    min_threshold_tokens: PositiveInt = Field(
+        256, description="Lowest threshold the tuner may set (prompt + max_tokens).",
+    )
+    max_threshold_tokens: PositiveInt | None = Field(
+        None, description="Highest threshold it may set; null: the short pool's max_model_len.",
+    )
+    balance_band: float = Field(
+        0.2, gt=0, lt=1, description="Move only while the pools' loads (0 idle, 1 full, above 1 queued) "
+        "differ by more than this.",
+    )
+    min_load: float = Field(
+        0.3, ge=0, le=1, description="Move only while the busier pool's load is at least this: two "
+        "lightly loaded pools serve every request at once wherever it goes.",
+    )
+    after_periods: PositiveInt = Field(3, description="Periods in a row a move must be asked for.")
+    cooldown_s: NonNegativeFloat = Field(30.0, description="Seconds after a move before the next; the "
+                                         "pools' figures must first show its effect.")
+    max_step: float = Field(2.0, gt=1, description="Largest factor one move changes the threshold by.")
+    move_replicas: bool = Field(
+        True, description="With the threshold at its bound, move a replica from the idler pool to the "
+        "busier one (within their min/max replicas).",
+    )
+
+    @model_validator(mode="after")
+    def _bounds_in_order(self) -> TrafficSplitConfig:
+        if self.max_threshold_tokens is not None and self.max_threshold_tokens < self.min_threshold_tokens:
+            raise ValueError(f"max_threshold_tokens ({self.max_threshold_tokens}) is below min_threshold_tokens "
+                             f"({self.min_threshold_tokens})")
+        return self
+
+
 class AutoscalingConfig(StrictModel):
     enabled: bool = Field(False, description="Scale pools with Trilemma's policy instead of fixed replicas.")
     period_s: PositiveFloat = Field(5.0, description="Seconds between two decisions.")
@@ -87,4 +126,7 @@ class AutoscalingConfig(StrictModel):
     )
     pools: dict[str, PoolScalingConfig] = Field(
         default_factory=dict, description="Replica bounds and rules by pool; an unlisted pool keeps its `replicas`.",
+    )
+    split: TrafficSplitConfig = Field(
+        default_factory=TrafficSplitConfig, description="The short/long split fitted to the traffic at run time.",
     )

@@ -278,6 +278,8 @@ class TrilemmaConfig(StrictModel):
                 raise ValueError(f"{section} names unknown pools {unknown}; configured: {sorted(self.pools)}")
         for pool_name, scaling in self.autoscaling.pools.items():
             self._check_concurrency_rule(pool_name, scaling)
+        if self.autoscaling.split.enabled:
+            self.split_pools()  # raises when the split has no pair of pools to move work between
         limited = sorted(name for name, scenario in self.scenarios.items() if scenario.max_quality_loss)
         if limited and self.quality.results is None:
             raise ValueError(
@@ -366,6 +368,39 @@ class TrilemmaConfig(StrictModel):
     @property
     def largest_max_model_len(self) -> int:
         return max(pool.max_model_len for pool in self.pools.values())
+
+    def split_pools(self) -> tuple[str, str]:
+        """The (short, long) pools whose split autoscaling.split tunes: the ones it names, else
+        the first pool of each role; raises ValueError with the reason when they are no pair."""
+        split = self.autoscaling.split
+
+        def pick(named: str | None, role: str, key: str) -> str:
+            if named is not None:
+                if named not in self.pools:
+                    raise ValueError(f"autoscaling.split.{key} names unknown pool {named!r}; configured: "
+                                     f"{sorted(self.pools)}")
+                return named
+            found = [name for name, pool in self.pools.items() if pool.role == role]
+            if not found:
+                raise ValueError(f"autoscaling.split needs a pool of role {role} (or autoscaling.split.{key})")
+            return found[0]
+
+        short, long = pick(split.short_pool, "short", "short_pool"), pick(split.long_pool, "long", "long_pool")
+        if short == long:
+            raise ValueError(f"autoscaling.split moves work between two pools; short_pool and long_pool are "
+                             f"both {short!r}")
+        if self.pool_model(short).name != self.pool_model(long).name:
+            raise ValueError(f"autoscaling.split's pools serve different models ({short!r}: "
+                             f"{self.pool_model(short).name}, {long!r}: {self.pool_model(long).name}): "
+                             "moving a request between them would change its model")
+        ceiling = self.pools[short].max_model_len
+        if split.max_threshold_tokens is not None and split.max_threshold_tokens > ceiling:
+            raise ValueError(f"autoscaling.split.max_threshold_tokens ({split.max_threshold_tokens}) is above "
+                             f"pool {short!r}'s max_model_len ({ceiling})")
+        if split.min_threshold_tokens > ceiling:
+            raise ValueError(f"autoscaling.split.min_threshold_tokens ({split.min_threshold_tokens}) is above "
+                             f"pool {short!r}'s max_model_len ({ceiling})")
+        return short, long
 
     def largest_max_model_len_for(self, model_name: str, scenario: ScenarioConfig | None = None) -> int:
         """The longest request a pool of `model_name` (that `scenario` may use) takes; the app's

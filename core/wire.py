@@ -91,4 +91,18 @@ class ReplicaStats(TypedDict, total=False):
     max_in_engine: float
 
 
-REPLICA_STAT_KEYS = tuple(ReplicaStats.__annotations__)
+# The sizes (prompt + max_tokens, as the router routes them) a replica counts its finished
+# requests by, so that the autoscaler sees the traffic's length distribution and the traffic
+# split can tell how much work a move of the routing threshold would carry: steps of the square
+# root of 2, so that a threshold moves by about 41% at the least, and every power of 2 is an edge.
+SIZE_BUCKET_EDGES = tuple(round(128 * 2 ** (k / 2)) for k in range(19))  # 128 .. 65536
+
+
+def size_bucket_keys(kind: str) -> tuple[str, ...]:
+    """A replica's stat keys of one kind ("rps": requests/s, "tps": prompt and output tokens/s) by
+    size bucket: one per edge (at or below it, above the one before), then one above the last."""
+    return (*(f"size_{kind}_le_{edge}" for edge in SIZE_BUCKET_EDGES), f"size_{kind}_gt_{SIZE_BUCKET_EDGES[-1]}")
+
+
+SIZE_REQUESTS_KEYS, SIZE_TOKENS_KEYS = size_bucket_keys("rps"), size_bucket_keys("tps")
+REPLICA_STAT_KEYS = (*ReplicaStats.__annotations__, *SIZE_REQUESTS_KEYS, *SIZE_TOKENS_KEYS)

@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from ray.serve.handle import DeploymentHandle
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from autoscaling.control_board import RayControlBoard, cost_profile_key
+from autoscaling.control_board import RayControlBoard, cost_profile_key, split_key
 from core import wire
 from core.config import ScenarioConfig, TrilemmaConfig
 from core.errors import ApiError, validation_error
@@ -33,6 +33,7 @@ from deployments.pool_deployment import deployment_name
 from deployments.pool_watch import PoolWatch
 from deployments.stream_relay import relay
 from serving.cost_profile import CostProfileWatch, apply_cost_profile
+from serving.routing_threshold import threshold_watch
 from serving.model_choice import ModelChoice
 from serving.pool_choice import PoolChooser, PoolRequest
 from serving.pool_health import PoolHealth
@@ -92,6 +93,9 @@ class TrilemmaRouter(OpenAiIngress):
         # Only the autoscaler puts the cost profile in force.
         self._cost_profile = CostProfileWatch(cost_profile_key(config.app_name)) \
             if config.autoscaling.enabled else None
+        # The traffic split moves the threshold; without it the config's holds.
+        self._threshold = threshold_watch(split_key(config.app_name), config.routing.short_context_threshold_tokens) \
+            if config.autoscaling.enabled and config.autoscaling.split.enabled else None
         self._health = PoolHealth(pools)
         self._pool_chooser = PoolChooser(config, policy, self._health)
         self._pool_client = PoolClient(
@@ -346,6 +350,7 @@ class TrilemmaRouter(OpenAiIngress):
         return self._pool_chooser.choose(PoolRequest(
             scenario_name=scenario_name, scenario=scenario, model=model, prompt_tokens=prompt_tokens,
             max_tokens=max_tokens, pinned_pool=pinned_pool,
+            threshold_tokens=self._threshold.current().tokens if self._threshold else None,
         ))
 
     async def _forward(

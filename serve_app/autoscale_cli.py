@@ -27,6 +27,19 @@ def read_decisions(app: str, pools: list[str]) -> dict[str, list[dict]]:
     return {pool: board.get(decisions_key(app, pool)) or [] for pool in pools}
 
 
+def read_split(app: str) -> dict | None:
+    """The traffic split's threshold in force and its latest reason; None where none runs."""
+    from autoscaling.control_board import RayControlBoard, split_key
+
+    return RayControlBoard().get(split_key(app))
+
+
+def format_split(split: dict | None) -> str:
+    if not split:
+        return "traffic split: off, or no decision yet (the routers use routing.short_context_threshold_tokens)"
+    return f"traffic split: threshold {split['threshold']} tokens; {split['reason']}"
+
+
 def format_decisions(decisions: dict[str, list[dict]], last: int) -> str:
     lines = []
     for pool, records in decisions.items():
@@ -43,6 +56,8 @@ def format_decisions(decisions: dict[str, list[dict]], last: int) -> str:
                          + ("  (cost profile on)" if record.get("cost_profile") else ""))
             if record.get("concurrency"):
                 lines.append(f"           engine concurrency {record['concurrency']}")
+            if record.get("split"):
+                lines.append(f"           traffic split {record['split']}")
     return "\n".join(lines)
 
 
@@ -56,4 +71,6 @@ def explain_decisions(args: argparse.Namespace) -> int:
         return 2
     init_ray(address=args.address, logging_level="ERROR")
     print(format_decisions(read_decisions(config.app_name, sorted(config.pools)), args.last))
+    if config.autoscaling.split.enabled:
+        print(format_split(read_split(config.app_name)))
     return 0

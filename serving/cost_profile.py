@@ -4,20 +4,17 @@ cap and the cheapest pool that fits. Real-time classes keep their own profile.""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
-from autoscaling.control_board import ControlBoard, RayControlBoard
+from autoscaling.control_board import ControlBoard
 from core.autoscaling_config import CostProfileConfig
 from core.config import ScenarioConfig
+from serving.board_watch import BoardWatch
 
 logger = logging.getLogger("ray.serve")
-
-# How stale the router's view of the profile may be; the autoscaler decides every few seconds.
-REFRESH_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -37,35 +34,19 @@ def apply_cost_profile(scenario: ScenarioConfig, profile: CostProfileConfig) -> 
     return scenario.model_copy(update=update)
 
 
-class CostProfileWatch:
-    """The router's view of the profile on the control board, refreshed in the background so
-    that no request waits for the board; until the first read, the profile is off."""
+class CostProfileWatch(BoardWatch[CostProfileState]):
+    """The router's view of the profile on the control board; until the first read, off."""
 
     def __init__(self, key: str, board: ControlBoard | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self._key = key
-        self._board = board or RayControlBoard()
-        self._clock = clock
-        self._state = CostProfileState()
-        self._read_at: float | None = None
-        self._refresh: asyncio.Task | None = None
+        super().__init__(key, _parse, CostProfileState(), board, clock, on_change=_log_change)
 
-    def current(self) -> CostProfileState:
-        stale = self._read_at is None or self._clock() - self._read_at >= REFRESH_S
-        if stale and (self._refresh is None or self._refresh.done()):
-            self._read_at = self._clock()
-            self._refresh = asyncio.get_running_loop().create_task(self._read())
-        return self._state
 
-    async def _read(self) -> None:
-        try:
-            found = await asyncio.to_thread(self._board.get, self._key)
-        except Exception as error:  # keep the last view: routing must not stop for the board
-            logger.warning("could not read the cost profile: %r", error)
-            return
-        found = found or {}
-        state = CostProfileState(bool(found.get("in_force")), str(found.get("reason", "")))
-        if state.in_force != self._state.in_force:
-            logger.info("cost profile %s%s", "in force: " if state.in_force else "lifted",
-                        state.reason if state.in_force else "")
-        self._state = state
+def _parse(found: Any) -> CostProfileState:
+    found = found or {}
+    return CostProfileState(bool(found.get("in_force")), str(found.get("reason", "")))
+
+
+def _log_change(before: CostProfileState, after: CostProfileState) -> None:
+    if after.in_force != before.in_force:
+        logger.info("cost profile %s%s", "in force: " if after.in_force else "lifted", after.reason if after.in_force else "")

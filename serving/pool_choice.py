@@ -13,7 +13,8 @@ from serving.routing import RouteDecision, RouteRequest, RoutingPolicy
 
 @dataclasses.dataclass(frozen=True)
 class PoolRequest:
-    """What the choice depends on: the request's scenario, model and size, and a pinned pool."""
+    """What the choice depends on: the request's scenario, model and size, a pinned pool, and
+    the traffic split's threshold where one is in force."""
 
     scenario_name: str
     scenario: ScenarioConfig
@@ -21,6 +22,7 @@ class PoolRequest:
     prompt_tokens: int
     max_tokens: int
     pinned_pool: str | None = None
+    threshold_tokens: int | None = None
 
     @property
     def need(self) -> int:
@@ -93,6 +95,7 @@ class PoolChooser:
             scenario=request.scenario_name,
             prefer_cheapest=request.scenario.prefer == "cheapest",
             max_quality_loss=request.scenario.max_quality_loss,
+            threshold_tokens=request.threshold_tokens,
         )
 
 

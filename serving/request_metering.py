@@ -38,6 +38,12 @@ def prompt_tokens_hint(headers: dict[str, str] | None, request: Any) -> int:
     return max(1, len(str(text)) // 4)
 
 
+def requested_max_tokens(request: Any) -> int | None:
+    """The request's cap on output tokens (the router always sets one); None where it has none."""
+    value = getattr(request, "max_completion_tokens", None) or getattr(request, "max_tokens", None)
+    return value if isinstance(value, int) else None
+
+
 def usage_fields(rate: ReplicaRate | None, busy_s: float) -> dict[str, Any]:
     fields: dict[str, Any] = {"engine_busy_s": busy_s}
     if rate is not None:
@@ -86,12 +92,13 @@ def _is_streamed(item: Any) -> bool:
 async def metered(
     stream: AsyncGenerator[Any, None], *, activity: EngineActivity, work: WorkShare,
     rate: ReplicaRate | None, prompt_tokens: int, latency: LatencyWindow | None = None,
-    arrived_at: float | None = None, timeline: RequestTimeline | None = None,
+    arrived_at: float | None = None, timeline: RequestTimeline | None = None, max_tokens: int | None = None,
 ) -> AsyncGenerator[Any, None]:
     """Yields `stream`'s items unchanged except for the final usage, which gains the cost.
     A request that completes is counted in `latency`, with its TTFT (from `arrived_at`, its
-    arrival at the replica, queueing included) and TPOT when it was streamed; each streamed item
-    is stamped on the `timeline` of a request that asked for one."""
+    arrival at the replica, queueing included) and TPOT when it was streamed, and its size as
+    routed (`prompt_tokens` + `max_tokens`); each streamed item is stamped on the `timeline` of
+    a request that asked for one."""
     activity.begin()
     share = work.start(prompt_tokens)
     closed = False
@@ -137,6 +144,8 @@ async def metered(
                 first_at - started if first_at is not None else None,
                 (ended - first_at) / (completion_tokens - 1) if first_at is not None and completion_tokens > 1 else None,
                 output_tokens=completion_tokens,
+                size_tokens=prompt_tokens + (max_tokens if max_tokens is not None else completion_tokens),
+                prompt_tokens=prompt_tokens,
             )
         activity.end()
 

@@ -18,6 +18,7 @@ class RouteRequest:
     scenario: str
     prefer_cheapest: bool = False
     max_quality_loss: QualityLossLimit | None = None  # how far a move to a cheaper pool may go
+    threshold_tokens: int | None = None  # the traffic split's threshold; None: the config's
 
     @property
     def total_tokens(self) -> int:
@@ -78,11 +79,12 @@ class ContextLengthPolicy(RoutingPolicy, name="context_length"):
         fitting = {name: pool for name, pool in candidates.items() if pool.max_model_len >= need}
         if not fitting:
             return None
-        threshold = self.config.short_context_threshold_tokens
+        tuned = request.threshold_tokens is not None
+        threshold = request.threshold_tokens if tuned else self.config.short_context_threshold_tokens
         role = "short" if need <= threshold else "long"
         size = (
             f"prompt {request.prompt_tokens} + max_tokens {request.max_tokens} = {need} "
-            f"{'<=' if role == 'short' else '>'} threshold {threshold}"
+            f"{'<=' if role == 'short' else '>'} {'traffic split ' if tuned else ''}threshold {threshold}"
         )
         in_role = {name: pool for name, pool in fitting.items() if pool.role == role}
         if in_role:

@@ -35,6 +35,11 @@ def test_metric_names_are_the_exported_ones():
 
 
 def test_the_stats_keys_are_the_ones_the_autoscaler_reads():
+    edges = (128, 181, 256, 362, 512, 724, 1024, 1448, 2048, 2896, 4096, 5793, 8192, 11585, 16384, 23170, 32768,
+             46341, 65536)
+    assert wire.SIZE_BUCKET_EDGES == edges
+    by_size = [f"size_{kind}_{bucket}" for kind in ("rps", "tps")
+               for bucket in (*(f"le_{edge}" for edge in edges), "gt_65536")]
     assert wire.REPLICA_STAT_KEYS == (
         "ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s", "requests_per_s", "tokens_per_s", "waiting",
-        "running", "kv_cache_usage", "utilization", "batch_occupancy", "usd_per_hour", "max_in_engine")
+        "running", "kv_cache_usage", "utilization", "batch_occupancy", "usd_per_hour", "max_in_engine", *by_size)

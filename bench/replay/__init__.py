@@ -1,0 +1,1 @@
+"""`trilemma bench replay`: production LLM request traces replayed against the app."""
