@@ -27,6 +27,7 @@ from bench.datasets import DATASETS, DatasetError, load_dataset
 from bench.hops import add_hops_command
 from bench.metrics import Slo
 from bench.quality.cli import add_quality_command
+from bench.replay.cli import add_replay_command
 from bench.report import ReportError, write_report, write_sweep
 from bench.result_files import markdown_table, write_json, write_results
 from bench.runner import EndpointError, Workload, resolve_model, run_point, warm_up
@@ -124,6 +125,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     add_start_command(sub)
     add_quality_command(sub)
     add_wake_command(sub)
+    add_replay_command(sub)
     add_chaos_command(sub)
     add_soak_command(sub)
     add_board_command(sub)

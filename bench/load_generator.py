@@ -32,15 +32,25 @@ async def send_one(
         "stream": True, "stream_options": {"include_usage": True}, **prompt.extra,
     }
     headers = {wire.SCENARIO_HEADER: prompt.scenario} if prompt.scenario else {}
+    record = RequestRecord(scenario=prompt.scenario or "default", started_s=0.0, e2e_s=0.0)
+    return await send_streamed(session, "v1/chat/completions", body, headers, record, run_started, timing)
+
+
+async def send_streamed(
+    session: aiohttp.ClientSession, path: str, body: dict, headers: dict[str, str], record: RequestRecord,
+    run_started: float, timing: bool = False,
+) -> RequestRecord:
+    """Posts a streamed chat or completion `body` to `path` and fills `record` as the answer
+    arrives: pool and scenario from the app's headers, every text chunk's time, the usage, or the
+    error (`http <status>: <body>`, `transport: ...`)."""
+    headers = dict(headers)
     if timing:
         headers[wire.TIMING_HEADER] = "1"
     stamps = {CLIENT_SENT: time.time()} if timing else None
     started = time.perf_counter()
-    record = RequestRecord(
-        scenario=prompt.scenario or "default", started_s=started - run_started, e2e_s=0.0
-    )
+    record.started_s = started - run_started
     try:
-        async with session.post("v1/chat/completions", json=body, headers=headers) as response:
+        async with session.post(path, json=body, headers=headers) as response:
             record.pool = response.headers.get(wire.POOL_HEADER)
             record.scenario = response.headers.get(wire.SCENARIO_ANSWER_HEADER, record.scenario)
             if response.status == 200:
@@ -74,7 +84,8 @@ async def _read_stream(
             record.error = f"stream error: {chunk['error'].get('message')}"
             return
         now = time.perf_counter()
-        if any((choice.get("delta") or {}).get("content") for choice in chunk.get("choices", [])):
+        # A chat chunk's text is its delta's content; a completion chunk's, its text.
+        if any((choice.get("delta") or {}).get("content") or choice.get("text") for choice in chunk.get("choices", [])):
             if record.ttft_s is None:
                 record.ttft_s = now - started
                 if stamps is not None:

@@ -43,16 +43,26 @@ class StatLogger:
 
 
 class KvCacheProbe(StatLogger):
-    """The last `kv_cache_usage` (0 to 1) the engine's scheduler reported."""
+    """The last `kv_cache_usage` (0 to 1) the engine's scheduler reported, and its prefix cache's
+    prompt tokens looked up and found since the engine started (vLLM's prefix_cache_queries and
+    _hits counters), so that a benchmark can read a pool's hit rate over a run."""
 
     def __init__(self) -> None:
         self.usage: float | None = None
+        self.prefix_queries = 0
+        self.prefix_hits = 0
 
     def record(self, scheduler_stats: Any, iteration_stats: Any, mm_cache_stats: Any = None,
                engine_idx: int = 0) -> None:
         usage = getattr(scheduler_stats, "kv_cache_usage", None)
         if usage is not None:
             self.usage = float(usage)
+        prefix = getattr(scheduler_stats, "prefix_cache_stats", None)
+        if prefix is not None:
+            if getattr(prefix, "reset", False):
+                self.prefix_queries = self.prefix_hits = 0
+            self.prefix_queries += getattr(prefix, "queries", 0) or 0
+            self.prefix_hits += getattr(prefix, "hits", 0) or 0
 
 
 # A request's stages inside the engine, as vLLM times them: from the arrival vLLM stamps on it (vLLM

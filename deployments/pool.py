@@ -320,6 +320,8 @@ class PoolServer(LLMServer):
             "in_engine": self._admission.in_engine,
             "waiting": self._admission.waiting,
             "engine_unfinished": self._engine_unfinished(),
+            "prefix_cache_queries": self._kv_cache.prefix_queries if self._kv_cache is not None else None,
+            "prefix_cache_hits": self._kv_cache.prefix_hits if self._kv_cache is not None else None,
             "start_s": round(self._start_s, 1),
             "asleep": self._sleep is not None and self._sleep.asleep,
             "falling_asleep": self._sleep is not None and self._sleep.falling_asleep,

@@ -54,6 +54,10 @@ class PromptBuilder:
         self.chat_floor_tokens = self.count_chat(_user(probe))
         self._chat_extra = self.chat_floor_tokens - 1
 
+    @property
+    def tokenizer(self) -> Any:
+        return self._tokenizer
+
     @classmethod
     def for_model(cls, source: str, **kwargs: Any) -> PromptBuilder:
         """With the tokenizer of a model folder (or any name AutoTokenizer takes)."""
