@@ -88,7 +88,8 @@ class Autoscaler:
         state.streak_periods = state.streak_periods + 1 if state.streak == direction else 1
         state.streak = direction
         policy, reason = (why.policy, why.reason) if why else ("bounds", "outside min/max replicas")
-        if policy == CostPolicy.name or why is None:  # the budget and the bounds do not wait
+        # The budget and the bounds do not wait; the split waited its own streak and cooldown.
+        if policy in (CostPolicy.name, SplitReplicaPolicy.name) or why is None:
             return self._apply(pool, current, proposed, policy, reason, now)
         needed = self.config.up_after_periods if direction == "up" else self.config.down_after_periods
         if state.streak_periods < needed:

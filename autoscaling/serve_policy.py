@@ -48,8 +48,9 @@ _STATE_KEY = "trilemma"
 
 class PoolScalingPolicy:
     _fleets: ClassVar[dict[str, dict[str, PoolSignals]]] = {}
-    # One traffic split per application, shared by its pools' policies; None where it is off.
-    _splits: ClassVar[dict[str, TrafficSplit | None]] = {}
+    # One traffic split per application, shared by its pools' policies (None where it is off),
+    # with the config it was built from: a redeploy with another config builds it anew.
+    _splits: ClassVar[dict[str, tuple[str, TrafficSplit | None]]] = {}
 
     def __init__(self, config: dict[str, Any], pool: str, usd_per_hour: dict[str, float],
                  board: ControlBoard | None = None, export_metrics: bool = True) -> None:
@@ -103,10 +104,16 @@ class PoolScalingPolicy:
     def _split(self, app: str) -> TrafficSplit | None:
         """The application's traffic split, resumed from the board the first time (a restarted
         controller keeps the threshold its routers follow)."""
-        if app not in self._splits:
-            saved = self._read(split_key(app)) if self._config.autoscaling.split.enabled else None
-            self._splits[app] = TrafficSplit.from_config(self._config, SplitState.from_dict((saved or {}).get("state")))
-        return self._splits[app]
+        built_from = self._config.model_dump_json()
+        known = self._splits.get(app)
+        if known is None or known[0] != built_from:
+            if known is not None and known[1] is not None:
+                state = known[1].state  # a redeploy: the threshold in force carries over, within the new bounds
+            else:
+                saved = self._read(split_key(app)) if self._config.autoscaling.split.enabled else None
+                state = SplitState.from_dict((saved or {}).get("state"))
+            self._splits[app] = (built_from, TrafficSplit.from_config(self._config, state))
+        return self._splits[app][1]
 
     def _read(self, key: str) -> Any | None:
         try:
@@ -119,8 +126,9 @@ class PoolScalingPolicy:
         decision = step.decisions[self._pool]
         record = {"at": now, **decision.to_dict(), "cost_profile": step.cost_profile}
         # The split's pools carry its moves in their decisions; why it holds is on the board.
-        split = step.split if step.split is not None and self._pool in (self._splits[app].short,
-                                                                         self._splits[app].long) else None
+        traffic_split = self._splits[app][1]
+        split = step.split if traffic_split is not None and step.split is not None \
+            and self._pool in (traffic_split.short, traffic_split.long) else None
         if split is not None and (split.moved or split.replicas):
             record["split"] = f"threshold {split.previous} -> {split.threshold}: {split.reason}" if split.moved \
                 else f"threshold {split.threshold}: {split.reason}"
@@ -149,7 +157,7 @@ class PoolScalingPolicy:
                                                            "reason": concurrency.reason}
         if split is not None:
             published[split_key(app)] = {"threshold": split.threshold, "reason": split.reason,
-                                         "state": self._splits[app].state.to_dict()}
+                                         "state": traffic_split.state.to_dict()}
         try:
             for key, value in published.items():
                 # Decisions and state change every period; the rest only now and then.

@@ -97,8 +97,16 @@ class SplitDecision:
 
 
 def tokens_at_or_below(tokens_per_s: tuple[float, ...], threshold: int) -> float:
-    """The work of the buckets wholly at or below `threshold` (what a short pool gets)."""
-    return sum(tokens_per_s[:bisect.bisect_right(wire.SIZE_BUCKET_EDGES, threshold)])
+    """The work of requests at or below `threshold` (what a short pool gets): the buckets wholly
+    below it, and of the bucket it falls in the share its range covers (sizes taken as spread
+    evenly within a bucket). Above the last edge nothing is split: that bucket has no top."""
+    edges = wire.SIZE_BUCKET_EDGES
+    whole = bisect.bisect_right(edges, threshold)
+    covered = sum(tokens_per_s[:whole])
+    if whole < len(edges) and threshold > 0:
+        low = edges[whole - 1] if whole > 0 else 0
+        covered += tokens_per_s[whole] * (threshold - low) / (edges[whole] - low)
+    return covered
 
 
 class TrafficSplit:
@@ -111,6 +119,9 @@ class TrafficSplit:
         self.high = config.max_threshold_tokens or ceiling
         self.max_num_seqs, self.busy_measure, self.period_s = max_num_seqs, busy_measure, period_s
         self.state = state or SplitState()
+        if self.state.threshold is not None:
+            # Resumed from before a config change: back within the bounds this config sets.
+            self.state.threshold = min(max(self.state.threshold, self.low), self.high)
         self.last: SplitDecision | None = None
 
     @classmethod

@@ -393,13 +393,22 @@ class TrilemmaConfig(StrictModel):
             raise ValueError(f"autoscaling.split's pools serve different models ({short!r}: "
                              f"{self.pool_model(short).name}, {long!r}: {self.pool_model(long).name}): "
                              "moving a request between them would change its model")
+        unscaled = [name for name in (short, long) if name not in self.autoscaling.pools]
+        if unscaled:
+            # Only an autoscaled pool's policy runs, and only its figures reach the split.
+            raise ValueError(f"autoscaling.split's pools must be autoscaled: list {unscaled} in autoscaling.pools")
         ceiling = self.pools[short].max_model_len
-        if split.max_threshold_tokens is not None and split.max_threshold_tokens > ceiling:
-            raise ValueError(f"autoscaling.split.max_threshold_tokens ({split.max_threshold_tokens}) is above "
-                             f"pool {short!r}'s max_model_len ({ceiling})")
+        high = split.max_threshold_tokens or ceiling
+        if high > ceiling:
+            raise ValueError(f"autoscaling.split.max_threshold_tokens ({high}) is above the max_model_len of "
+                             f"pool {short} ({ceiling})")
         if split.min_threshold_tokens > ceiling:
-            raise ValueError(f"autoscaling.split.min_threshold_tokens ({split.min_threshold_tokens}) is above "
-                             f"pool {short!r}'s max_model_len ({ceiling})")
+            raise ValueError(f"autoscaling.split.min_threshold_tokens ({split.min_threshold_tokens}) is above the "
+                             f"max_model_len of pool {short} ({ceiling})")
+        start = self.routing.short_context_threshold_tokens
+        if not split.min_threshold_tokens <= start <= high:
+            raise ValueError(f"routing.short_context_threshold_tokens ({start}) is outside the split's range "
+                             f"[{split.min_threshold_tokens}, {high}]: the split starts from it")
         return short, long
 
     def largest_max_model_len_for(self, model_name: str, scenario: ScenarioConfig | None = None) -> int:

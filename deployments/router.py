@@ -350,8 +350,15 @@ class TrilemmaRouter(OpenAiIngress):
         return self._pool_chooser.choose(PoolRequest(
             scenario_name=scenario_name, scenario=scenario, model=model, prompt_tokens=prompt_tokens,
             max_tokens=max_tokens, pinned_pool=pinned_pool,
-            threshold_tokens=self._threshold.current().tokens if self._threshold else None,
+            threshold_tokens=self._split_threshold(),
         ))
+
+    def _split_threshold(self) -> int | None:
+        """The traffic split's threshold once it has set one; None: the config's."""
+        if self._threshold is None:
+            return None
+        current = self._threshold.current()
+        return current.tokens if current.set_by_split else None
 
     async def _forward(
         self, plan: RoutePlan, call_method: str, body: Any, request: Request, scenario_name: str,

@@ -17,7 +17,8 @@ logger = logging.getLogger("ray.serve")
 @dataclass(frozen=True)
 class ThresholdInForce:
     tokens: int
-    reason: str = ""  # the split's latest; empty while the config's is in force
+    reason: str = ""  # the split's latest
+    set_by_split: bool = False  # False: the config's, until the split has set one
 
 
 def threshold_watch(key: str, configured: int, board: ControlBoard | None = None,
@@ -25,9 +26,12 @@ def threshold_watch(key: str, configured: int, board: ControlBoard | None = None
     """The split's threshold as the router sees it; the configured one until the split set one."""
 
     def parse(found: Any) -> ThresholdInForce:
-        if not found or not isinstance(found.get("threshold"), int):
+        threshold = found.get("threshold") if isinstance(found, dict) else None
+        # Only a positive count of tokens (a bool is an int to Python): anything else would send
+        # every request to the long pool.
+        if type(threshold) is not int or threshold < 1:
             return ThresholdInForce(configured)
-        return ThresholdInForce(found["threshold"], str(found.get("reason", "")))
+        return ThresholdInForce(threshold, str(found.get("reason", "")), set_by_split=True)
 
     def log_change(before: ThresholdInForce, after: ThresholdInForce) -> None:
         if after.tokens != before.tokens:
