@@ -52,8 +52,11 @@ class PoolLoad:
             candidates.append((held / slots, f"{held:.0f} requests for {slots} batch slots"))
         for name, p99, slo in (("TTFT", signals.ttft_p99_s, bounds.slo_ttft_s),
                                ("TPOT", signals.tpot_p99_s, bounds.slo_tpot_s)):
-            if p99 is not None and slo:
-                candidates.append((p99 / slo, f"{name} p99 {p99 * 1000:.0f} ms of {slo * 1000:.0f} ms"))
+            # Only a missed SLO counts: below it, a p99 is mostly the pool's own prefill and
+            # decode time (a long pool's 8K-token prompts take their time when it is idle too),
+            # which neither more replicas nor less work would shorten.
+            if p99 is not None and slo and p99 > slo:
+                candidates.append((p99 / slo, f"{name} p99 {p99 * 1000:.0f} ms over {slo * 1000:.0f} ms"))
         if not candidates:
             return None
         load, measure = max(candidates)
@@ -175,6 +178,10 @@ class TrafficSplit:
         if best is None:
             return self._replica_move(direction, short_load, long_load, plan, bounds, now, seen)
         threshold, predicted = best
+        if abs(predicted[0] - predicted[1]) >= abs(short_load.load - long_load.load):
+            # Even the best move that way would leave the loads further apart: it would flap back.
+            return self._hold(f"{seen}; no threshold {direction} than {current} brings the loads closer "
+                              f"(best: {threshold}, predicted {predicted[0]:.2f} / {predicted[1]:.2f})")
         moved_tokens = abs(tokens_at_or_below(work, threshold) - tokens_at_or_below(work, current))
         moved_requests = abs(tokens_at_or_below(requests, threshold) - tokens_at_or_below(requests, current)) \
             if requests else 0.0
@@ -226,6 +233,10 @@ class TrafficSplit:
         why = f"{seen}: the threshold {self.threshold} is at its {bound} useful setting"
         if not self.config.move_replicas:
             return self._hold(f"{why}; move_replicas is off")
+        if busy.load < self.config.replica_move_above:
+            # A replica is a GPU share: moved only for a pool that is pressed, not merely the busier.
+            return self._hold(f"{why}; {busy.pool}'s load is under replica_move_above "
+                              f"({self.config.replica_move_above})")
         targets: dict[str, int] = {}
         if plan[busy.pool] < bounds[busy.pool].max_replicas:
             targets[busy.pool] = plan[busy.pool] + 1

@@ -61,6 +61,7 @@ def shared_pool_config(config: TrilemmaConfig) -> TrilemmaConfig:
     if all(memory):
         engine_kwargs["gpu_memory_utilization"] = round(sum(memory), 4)
     fractions = [pool["gpu_fraction"] for pool in pools]
+    kv_caches = [pool.get("kv_cache_gib") for pool in pools]
     shared = {
         **pools[0],
         "role": "long",
@@ -70,12 +71,17 @@ def shared_pool_config(config: TrilemmaConfig) -> TrilemmaConfig:
         "max_ongoing_requests": None,
         "resources": resources,
         "gpu_fraction": min(1.0, sum(fractions)) if all(fractions) else None,
+        # The KV caches of both pools, as the GPU memory of both is the shared pool's.
+        "kv_cache_gib": sum(kv_caches) if all(kv_caches) else None,
         "env": env,
         "engine_kwargs": engine_kwargs,
         "admission": {**pools[0]["admission"], "policy": "fifo", "max_in_engine": None,
                       "max_queued": sum(pool["admission"]["max_queued"] for pool in pools)},
     }
     raw["pools"] = {SHARED_POOL: shared}
+    # Bounds and a split that name the merged pools go with them; the shared pool keeps one replica.
+    raw["autoscaling"]["pools"], raw["autoscaling"]["shrink_order"] = {}, []
+    raw["autoscaling"]["split"]["enabled"] = False
     for scenario in raw["scenarios"].values():
         if scenario["pools"] is not None:
             scenario["pools"] = [SHARED_POOL] if scenario["pools"] else []

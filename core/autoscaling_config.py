@@ -87,6 +87,9 @@ class TrafficSplitConfig(StrictModel):
         True, description="With the threshold at its bound, move a replica from the idler pool to the "
         "busier one (within their min/max replicas).",
     )
+    replica_move_above: float = Field(
+        0.8, gt=0, description="... only while the busier pool's load is at least this (a pressed pool).",
+    )
 
     @model_validator(mode="after")
     def _bounds_in_order(self) -> TrafficSplitConfig:

@@ -1,4 +1,4 @@
-"""`trilemma bench autoscale simulate|live`."""
+"""`trilemma bench autoscale simulate|simulate-split|live`."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from cluster.pricing import pool_rates, resolve_catalog
 from core.config import ConfigError, TrilemmaConfig
 
 DEFAULT_CONFIG = Path("serve_app/configs/autoscale-cpu.yaml")
+SPLIT_CONFIG = Path("serve_app/configs/traffic-split-h200.yaml")
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
@@ -41,6 +42,21 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     simulate.add_argument("--seed", type=int, default=0)
     add_output_args(simulate, "autoscale-sim")
     simulate.set_defaults(func=bench_simulate)
+
+    split = modes.add_parser("simulate-split", allow_abbrev=False,
+                             help="replay a trace through both pools and the traffic split against static splits")
+    add_app_args(split, default_config=SPLIT_CONFIG)
+    split.add_argument("--trace", type=Path, required=True, help="a request trace (azure CSV, mooncake or ours)")
+    split.add_argument("--start", type=float, default=0.0, help="trace seconds to start the replay at")
+    split.add_argument("--duration", type=float, help="replay seconds (default: to the trace's end)")
+    split.add_argument("--rate-scale", type=float, default=1.0,
+                       help="k times the trace's rate: its seconds replayed in 1/k of the time")
+    split.add_argument("--calibration", type=Path, required=True,
+                       help="a `python -m bench.engine_alone` result: every replica's latency model (each pool "
+                       "with its own max_num_seqs)")
+    split.add_argument("--startup-s", type=float, required=True, help="seconds from a replica's launch to serving")
+    add_output_args(split, "split-sim")
+    split.set_defaults(func=bench_simulate_split)
 
     live = modes.add_parser("live", allow_abbrev=False,
                             help="deploy the app and serve quiet, a burst and quiet again; timeline and decisions")
@@ -94,6 +110,39 @@ def bench_simulate(args: argparse.Namespace) -> int:
     (args.out / f"{name}.md").write_text(simulation_markdown(result, png.name))
     print((args.out / f"{name}.md").read_text())
     return 0 if all(result["verdict"].values()) else 1
+
+
+def bench_simulate_split(args: argparse.Namespace) -> int:
+    from bench.autoscale.split_compare import SplitSetup, compare_split, trace_requests
+    from bench.autoscale.split_report import split_markdown, split_timeline_png
+    from bench.replay.trace import ReplayWindow, TraceFormatError, read_trace
+
+    try:
+        config = app_config(args)
+        model = ReplicaModel.from_engine_run(args.calibration, startup_s=args.startup_s)
+        window = ReplayWindow(start_s=args.start, duration_s=args.duration, rate_scale=args.rate_scale)
+        trace = read_trace(args.trace)
+        setup = SplitSetup.of(config, model, {pool: _price(config, pool) for pool in config.split_pools()})
+        requests, capped = trace_requests(trace, window, config)
+        result = compare_split(setup, requests)
+    except (ConfigError, CalibrationError, TraceFormatError, ValueError) as error:
+        return fail(error)
+    name = args.name or "split-sim"
+    last = requests[-1].at if requests else 0.0
+    result = {"name": name, "command": command_line(args),
+              "trace": {"source": shown_path(args.trace), "summary": trace.describe().text().replace("\n", "; "),
+                        "window": f"from trace second {args.start:g}, "
+                                  + (f"{args.duration:g} s" if args.duration else "to its end")
+                                  + f", at {args.rate_scale:g}x its rate",
+                        "replay_s": last, "capped": capped},
+              **result}
+    for model_dict in result["models"].values():
+        model_dict["source"] = shown_path(Path(model_dict["source"]))
+    png = split_timeline_png(result, args.out / f"{name}.png", f"{name}: the self-tuning split over the replay")
+    write_json(result, args.out, name)
+    (args.out / f"{name}.md").write_text(split_markdown(result, png.name))
+    print((args.out / f"{name}.md").read_text())
+    return 0 if result["verdict"]["tuned_meets_target"] else 1
 
 
 def _offered(day: DayShape, bin_s: float = 60.0) -> list[tuple[float, float]]:

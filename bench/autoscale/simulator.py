@@ -107,7 +107,11 @@ class SimReplica:
             if request.generated >= request.trace.output_tokens:
                 request.done_at = now
                 done.append(request)
-                self.latency.record(request.ttft_s, request.tpot_s, output_tokens=request.generated)
+                # The routed size as the replay sends it (max_tokens = the output, with ignore_eos):
+                # the traffic split reads the pools' traffic by it.
+                self.latency.record(request.ttft_s, request.tpot_s, output_tokens=request.generated,
+                                    size_tokens=request.trace.prompt_tokens + request.trace.output_tokens,
+                                    prompt_tokens=request.trace.prompt_tokens)
         self.running = [r for r in self.running if r.done_at is None]
         self.start_iteration(now)
         return done
@@ -171,36 +175,56 @@ class PoolSimulation:
         next_decision, next_sample = self.period_s, 0.0
         remaining = len(requests)
         while remaining:
-            events = [next_decision, next_sample]
-            events += [r.iteration_ends_at for r in self.replicas if r.iteration_ends_at is not None]
-            events += [r.ready_at for r in self.replicas if r.stopped_at is None and r.ready_at > self.now]
+            events = [next_decision, next_sample, *self.events()]
             if arrivals:
                 events.append(arrivals[0].trace.at)
             self.now = min(events)
-            for replica in self.replicas:
-                if replica.iteration_ends_at is not None and replica.iteration_ends_at <= self.now:
-                    remaining -= len(replica.finish_iteration(self.now))
-                if replica.draining and replica.stopped_at is None and not replica.load:
-                    self._stop(replica)
+            remaining -= len(self.advance())
             while arrivals and arrivals[0].trace.at <= self.now:
                 held.append(arrivals.popleft())
-            serving = self._serving()
-            while held and serving:
-                min(serving, key=lambda r: r.load).accept(held.popleft(), self.now)
+            self.dispatch(held)
             if self.now >= next_sample:
                 result.timeline.append(self._sample(requests))
                 next_sample += self.sample_s
             if self.now >= next_decision:
                 if self.policy is not None:
-                    self._decide(len(held), result)
+                    self.decide(len(held), result.decisions)
                 next_decision += self.period_s
+        self.finish()
         result.ended_at = self.now
+        result.asleep_seconds = self.asleep_seconds()
+        result.timeline.append(self._sample(requests))
+        return result
+
+    def events(self) -> list[float]:
+        """When the pool next changes by itself: an iteration ends, a replica starts serving."""
+        return [*(r.iteration_ends_at for r in self.replicas if r.iteration_ends_at is not None),
+                *(r.ready_at for r in self.replicas if r.stopped_at is None and r.ready_at > self.now)]
+
+    def advance(self) -> list[SimRequest]:
+        """Ends the iterations due at `now` and stops drained replicas; the requests finished."""
+        done = []
+        for replica in self.replicas:
+            if replica.iteration_ends_at is not None and replica.iteration_ends_at <= self.now:
+                done += replica.finish_iteration(self.now)
+            if replica.draining and replica.stopped_at is None and not replica.load:
+                self._stop(replica)
+        return done
+
+    def dispatch(self, held: deque[SimRequest]) -> None:
+        """Hands the held requests to the least loaded serving replicas, as LeastLoadedRouter does."""
+        serving = self._serving()
+        while held and serving:
+            min(serving, key=lambda r: r.load).accept(held.popleft(), self.now)
+
+    def finish(self) -> None:
+        """The run is over: every replica stops now."""
         for replica in self.replicas:
             if replica.stopped_at is None:
                 replica.stopped_at = self.now
-        result.asleep_seconds = self._asleep_seconds + sum(self.now - since for since in self._asleep_since)
-        result.timeline.append(self._sample(requests))
-        return result
+
+    def asleep_seconds(self) -> float:
+        return self._asleep_seconds + sum(self.now - since for since in self._asleep_since)
 
     def _stop(self, replica: SimReplica) -> None:
         """A replica leaves the pool; one that served goes to sleep when the pool can sleep."""
@@ -215,7 +239,9 @@ class PoolSimulation:
             return self._launch(ready_at=self.now + self.model.wake_s)
         return self._launch(ready_at=self.now + self.model.startup_s)
 
-    def _decide(self, held: int, result: SimResult) -> None:
+    def decide(self, held: int, decisions: list[dict[str, Any]]) -> None:
+        """Calls the policy with an `AutoscalingContext`-shaped view of the pool and applies its
+        target; a change is appended to `decisions` with the policy's record of it."""
         serving = self._serving()
         stats = {r.name: r.stats(self.now, self.usd_per_hour) for r in serving}
         ctx = SimpleNamespace(
@@ -226,8 +252,8 @@ class PoolSimulation:
         )
         target, self.policy_state = self.policy(ctx)
         if target != self.target:
-            result.decisions.append({"at": self.now, "from": self.target, "to": target,
-                                     **(self.policy._recent[-1] if self.policy._recent else {})})
+            decisions.append({"at": self.now, "from": self.target, "to": target,
+                              **(self.policy._recent[-1] if self.policy._recent else {})})
         self._scale_to(target)
 
     def _scale_to(self, target: int) -> None:
@@ -255,6 +281,7 @@ class PoolSimulation:
 def simulated_policy(config: dict[str, Any], pool: str, usd_per_hour: float) -> PoolScalingPolicy:
     """Ray Serve's policy object for the pool, with its board in memory and its fleet its own."""
     PoolScalingPolicy._fleets.pop(APP, None)
+    PoolScalingPolicy._splits.pop(APP, None)  # an earlier simulation's traffic split, in this process
     return PoolScalingPolicy(config, pool, {pool: usd_per_hour}, board=MemoryControlBoard(), export_metrics=False)
 
 

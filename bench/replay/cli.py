@@ -59,6 +59,9 @@ def add_replay_command(sub: argparse._SubParsersAction) -> None:
     replay_parser.add_argument("--warmup", type=int, default=4,
                                help="requests of the window sent at once, uncounted, before each arm's replay")
     replay_parser.add_argument("--seed", type=int, default=0, help="the prompts' words")
+    replay_parser.add_argument("--with", dest="with_results", action="append", default=[], type=Path,
+                               metavar="JSON", help="an earlier replay's result (same trace, window and rate "
+                               "scales) whose arms join this one's, for hosts that limit how long a command runs")
     add_output_args(replay_parser, "replay")
     replay_parser.set_defaults(func=bench_replay)
 
@@ -99,8 +102,17 @@ def bench_replay(args: argparse.Namespace) -> int:
     except (ConfigError, ValueError, TraceFormatError, PromptLengthError, OSError) as error:
         return fail(error)
     slos = config_slos(config)
-    figures: dict[str, dict[str, list[dict[str, Any]]]] = {arm.name: {rate: [] for rate in rates} for arm in arms}
-    records: dict[str, dict[str, list[list[dict[str, Any]]]]] = {arm.name: {rate: [] for rate in rates} for arm in arms}
+    figures: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    records: dict[str, dict[str, list[list[dict[str, Any]]]]] = {}
+    try:
+        for path in args.with_results:
+            _join_earlier(path, args, rates, figures, records)
+    except (OSError, ValueError, KeyError) as error:
+        return fail(error)
+    for arm in arms:
+        if arm.name in figures:
+            return fail(ValueError(f"arm {arm.name!r} is both run here and in a --with result"))
+        figures[arm.name], records[arm.name] = {rate: [] for rate in rates}, {rate: [] for rate in rates}
     workdir = Path("build/replay")
     try:
         for index in range(args.rounds):
@@ -117,7 +129,7 @@ def bench_replay(args: argparse.Namespace) -> int:
                                                                    hit_rates(before, read_counts(url))))
                         records[arm.name][rate].append([asdict(r) for r in sent])
     finally:
-        if any(arm.url is None for arm in arms):
+        if any(arm.url is None and arm.name != "vllm" for arm in arms):  # the app's Ray, started here
             from serve_app.launcher import shutdown_local_ray
 
             shutdown_local_ray()
@@ -141,6 +153,26 @@ def bench_replay(args: argparse.Namespace) -> int:
     print(md_path.read_text())
     print(f"wrote {shown_path(json_path)}, {shown_path(md_path)}, {shown_path(png_path)}")
     return 0
+
+
+def _join_earlier(path: Path, args: argparse.Namespace, rates: list[str], figures: dict[str, Any],
+                  records: dict[str, Any]) -> None:
+    """An earlier run's arms, once it is shown to have replayed the same requests the same way."""
+    import json
+
+    earlier = json.loads(Path(path).read_text())
+    same = {"trace": shown_path(args.trace), "rate scales": rates, "endpoint": args.endpoint,
+            "start": args.start, "duration": args.duration, "speed": args.speed, "token scale": args.token_scale}
+    found = {"trace": earlier["trace"]["source"], "rate scales": earlier["rate_scales"], "endpoint": earlier["endpoint"],
+             "start": earlier["window"]["start_s"], "duration": earlier["window"]["duration_s"],
+             "speed": earlier["window"]["speed"], "token scale": earlier["window"]["token_scale"]}
+    differ = [f"{key} {found[key]!r} there, {same[key]!r} here" for key in same if found[key] != same[key]]
+    if differ:
+        raise ValueError(f"{path} replayed something else: {'; '.join(differ)}")
+    for arm, by_rate in earlier["arms"].items():
+        if arm in figures:
+            raise ValueError(f"arm {arm!r} is in two --with results")
+        figures[arm], records[arm] = by_rate, earlier["records"][arm]
 
 
 def _warm_up(url: str, bodies: list[ReplayRequest], api_key: str | None) -> None:

@@ -113,8 +113,10 @@ def test_the_split_holds_and_says_why(short, long, reason):
         # 2 replicas serving of 3 decided: 24 requests for 2 x 8 slots.
         ({"running": 16.0, "waiting": 8.0, "serving": 2}, "batch_occupancy", 1.5, "24 requests for 16 batch slots"),
         ({"waiting": 4.0}, "batch_occupancy", 4 / 24, "4 requests for 24 batch slots"),  # serving unknown: replicas
-        ({"batch_occupancy": 0.5, "ttft_p99_s": 0.75}, "batch_occupancy", 1.5, "TTFT p99 750 ms of 500 ms"),
-        ({"tpot_p99_s": 0.05}, "batch_occupancy", 0.5, "TPOT p99 50 ms of 100 ms"),
+        ({"batch_occupancy": 0.5, "ttft_p99_s": 0.75}, "batch_occupancy", 1.5, "TTFT p99 750 ms over 500 ms"),
+        # Within its SLO a p99 is the pool's own service time, not load: it does not count.
+        ({"batch_occupancy": 0.2, "ttft_p99_s": 0.45}, "batch_occupancy", 0.2, "batch occupancy 0.20"),
+        ({"tpot_p99_s": 0.05}, "batch_occupancy", None, None),
         ({}, "batch_occupancy", None, None),
     ],
 )
@@ -480,3 +482,23 @@ def test_a_split_pool_without_autoscaling_is_refused():
     del raw["autoscaling"]["pools"]["long"]
     with pytest.raises(ConfigError, match="long"):
         TrilemmaConfig.from_dict(raw)
+
+
+def test_no_move_where_the_best_threshold_would_leave_the_loads_further_apart():
+    """Most of the short pool's work sits just under the threshold: lowering it at all hands the
+    long pool 300 of the short pool's 400 tokens/s (predicted 0.15 / 0.53 from 0.60 / 0.30, a
+    wider gap), so the split holds rather than flap."""
+    split = make_split()
+    decision = decide(split, made("short", 0.6, {512: 100.0, 1024: 300.0}), made("long", 0.3, LONG_WORK))
+    assert (decision.threshold, decision.replicas) == (1024, {})
+    assert "no threshold lower than 1024 brings the loads closer" in decision.reason
+
+
+def test_a_replica_moves_only_for_a_pressed_pool():
+    """At its bound, the busier pool gets a replica only once its load reaches replica_move_above."""
+    at_bound = make_split(threshold=256, min_threshold_tokens=256, replica_move_above=0.8)
+    calm = decide(at_bound, made("short", 0.6, SHORT_WORK), made("long", 0.1, LONG_WORK))
+    assert calm.replicas == {} and "under replica_move_above (0.8)" in calm.reason
+    pressed = decide(make_split(threshold=256, min_threshold_tokens=256, replica_move_above=0.8),
+                     made("short", 0.95, SHORT_WORK), made("long", 0.1, LONG_WORK))
+    assert pressed.replicas.get("short") == PLAN["short"] + 1
