@@ -52,11 +52,8 @@ class PoolLoad:
             candidates.append((held / slots, f"{held:.0f} requests for {slots} batch slots"))
         for name, p99, slo in (("TTFT", signals.ttft_p99_s, bounds.slo_ttft_s),
                                ("TPOT", signals.tpot_p99_s, bounds.slo_tpot_s)):
-            # Only a missed SLO counts: below it, a p99 is mostly the pool's own prefill and
-            # decode time (a long pool's 8K-token prompts take their time when it is idle too),
-            # which neither more replicas nor less work would shorten.
-            if p99 is not None and slo and p99 > slo:
-                candidates.append((p99 / slo, f"{name} p99 {p99 * 1000:.0f} ms over {slo * 1000:.0f} ms"))
+            if p99 is not None and slo:
+                candidates.append((p99 / slo, f"{name} p99 {p99 * 1000:.0f} ms of {slo * 1000:.0f} ms"))
         if not candidates:
             return None
         load, measure = max(candidates)

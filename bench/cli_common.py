@@ -51,7 +51,13 @@ def shown_path(path: Path) -> str:
     try:
         return str(Path(path).resolve().relative_to(Path.cwd()))
     except ValueError:
-        return str(path)
+        return _home_as_tilde(str(path))
+
+
+def _home_as_tilde(text: str) -> str:
+    """A path under the home folder as `~/...`: the shell expands `~` before a command sees it."""
+    home = str(Path.home())
+    return text.replace(home + "/", "~/") if home != "/" else text
 
 
 def command_line(args: argparse.Namespace) -> str:
@@ -62,4 +68,4 @@ def command_line(args: argparse.Namespace) -> str:
             argv[index + 1] = "***"
         elif word.startswith("--api-key="):
             argv[index] = "--api-key=***"
-    return "trilemma " + shlex.join(argv)
+    return "trilemma " + shlex.join(_home_as_tilde(word) for word in argv)

@@ -170,6 +170,9 @@ trace=${TRACE:-.wh/traces/AzureLLMInferenceTrace_conv.csv}
 replay_args=(--config serve_app/configs/traffic-split-h200.yaml --set "model.source=$models/llama-8b-shape"
   --set autoscaling.pools.short.max_replicas=1 --set autoscaling.pools.long.max_replicas=1
   --duration "${REPLAY_S:-120}" --rate-scale 1,2 --warmup 16 --out "$out" --no-progress)
+# REPLAY_SET: more overrides, e.g. for an H100 (80 GB): the accelerator and smaller KV caches.
+read -r -a more_sets <<< "${REPLAY_SET:-}"
+for setting in "${more_sets[@]}"; do replay_args+=(--set "$setting"); done
 app_replay_vllm() { python3 -m bench replay "$trace" --arms vllm "${replay_args[@]}" --name replay-azure-vllm; }
 app_replay_shared() {
   python3 -m bench replay "$trace" --arms shared "${replay_args[@]}" --with "$out/replay-azure-vllm.json" \

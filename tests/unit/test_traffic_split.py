@@ -113,10 +113,8 @@ def test_the_split_holds_and_says_why(short, long, reason):
         # 2 replicas serving of 3 decided: 24 requests for 2 x 8 slots.
         ({"running": 16.0, "waiting": 8.0, "serving": 2}, "batch_occupancy", 1.5, "24 requests for 16 batch slots"),
         ({"waiting": 4.0}, "batch_occupancy", 4 / 24, "4 requests for 24 batch slots"),  # serving unknown: replicas
-        ({"batch_occupancy": 0.5, "ttft_p99_s": 0.75}, "batch_occupancy", 1.5, "TTFT p99 750 ms over 500 ms"),
-        # Within its SLO a p99 is the pool's own service time, not load: it does not count.
-        ({"batch_occupancy": 0.2, "ttft_p99_s": 0.45}, "batch_occupancy", 0.2, "batch occupancy 0.20"),
-        ({"tpot_p99_s": 0.05}, "batch_occupancy", None, None),
+        ({"batch_occupancy": 0.5, "ttft_p99_s": 0.75}, "batch_occupancy", 1.5, "TTFT p99 750 ms of 500 ms"),
+        ({"tpot_p99_s": 0.05}, "batch_occupancy", 0.5, "TPOT p99 50 ms of 100 ms"),
         ({}, "batch_occupancy", None, None),
     ],
 )
