@@ -12,7 +12,7 @@ def _raw() -> dict:
     return TrilemmaConfig.from_yaml(CONFIG_DIR / "local-cpu.yaml").model_dump()
 
 
-@pytest.mark.parametrize("name", ["local-cpu.yaml", "gpu.yaml", "gpu-h200.yaml"])
+@pytest.mark.parametrize("name", ["local-cpu.yaml", "gpu.yaml", "gpu-h200.yaml", "traffic-split-h200.yaml"])
 def test_shipped_configs_load(name):
     config = TrilemmaConfig.from_yaml(CONFIG_DIR / name)
     assert {pool.role for pool in config.pools.values()} == {"short", "long"}
