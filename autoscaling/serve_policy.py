@@ -156,7 +156,9 @@ class PoolScalingPolicy:
             published[concurrency_key(app, self._pool)] = {"max_in_engine": concurrency.target,
                                                            "reason": concurrency.reason}
         if split is not None:
-            published[split_key(app)] = {"threshold": split.threshold, "reason": split.reason,
+            # No threshold until the split has moved one: the routers keep the configured one.
+            moved = traffic_split.state.threshold is not None
+            published[split_key(app)] = {"threshold": split.threshold if moved else None, "reason": split.reason,
                                          "state": traffic_split.state.to_dict()}
         try:
             for key, value in published.items():

@@ -170,8 +170,11 @@ class TrafficSplit:
             return self._hold(f"{seen}; the pools report no request sizes to predict a move by")
         work = tuple(a + b for a, b in zip(short.size_tokens_per_s, long.size_tokens_per_s))
         requests = tuple(a + b for a, b in zip(short.size_requests_per_s or (), long.size_requests_per_s or ()))
+        if sum(work) <= 0:
+            return self._hold(f"{seen}; no request finished in the window to predict a move by")
         direction = "lower" if short_load.load > long_load.load else "raise"
-        best = self._best_threshold(work, short_load.load, long_load.load, current, direction)
+        replicas = {s.pool: max(1, s.serving if s.serving is not None else s.replicas) for s in (short, long)}
+        best = self._best_threshold(work, short_load.load, long_load.load, current, direction, replicas)
         if best is None:
             return self._replica_move(direction, short_load, long_load, plan, bounds, now, seen)
         threshold, predicted = best
@@ -192,15 +195,15 @@ class TrafficSplit:
         return SplitDecision(threshold, current, why)
 
     def _best_threshold(self, work: tuple[float, ...], short_load: float, long_load: float, current: int,
-                        direction: str) -> tuple[int, tuple[float, float]] | None:
+                        direction: str, replicas: dict[str, int]) -> tuple[int, tuple[float, float]] | None:
         """The threshold in `direction` (within the bounds and max_step) that brings the predicted
         loads closest, with them; None when no threshold that way moves any work."""
         short_work, total = tokens_at_or_below(work, current), sum(work)
         long_work = total - short_work
         if total <= 0:
             return None
-        # Load per token/s of work; a pool with no work now loads like the other, by batch slots.
-        slots = {pool: self.max_num_seqs[pool] for pool in (self.short, self.long)}
+        # Load per token/s of work; a pool with no work now loads like the other, by its batch slots.
+        slots = {pool: self.max_num_seqs[pool] * replicas[pool] for pool in (self.short, self.long)}
         short_rate = short_load / short_work if short_work > 0 else None
         long_rate = long_load / long_work if long_work > 0 else None
         if short_rate is None:

@@ -55,9 +55,16 @@ def shown_path(path: Path) -> str:
 
 
 def _home_as_tilde(text: str) -> str:
-    """A path under the home folder as `~/...`: the shell expands `~` before a command sees it."""
+    """A path under the home folder as `~/...`: results name no machine's folders."""
     home = str(Path.home())
-    return text.replace(home + "/", "~/") if home != "/" else text
+    return "~/" + text[len(home) + 1:] if home != "/" and text.startswith(home + "/") else text
+
+
+def _quoted(word: str) -> str:
+    """A word of the command as a shell reads it back: quoted, a leading `~/` left outside the
+    quotes so that the shell still expands it."""
+    shown = _home_as_tilde(word)
+    return "~/" + shlex.quote(shown[2:]) if shown.startswith("~/") else shlex.quote(shown)
 
 
 def command_line(args: argparse.Namespace) -> str:
@@ -68,4 +75,4 @@ def command_line(args: argparse.Namespace) -> str:
             argv[index + 1] = "***"
         elif word.startswith("--api-key="):
             argv[index] = "--api-key=***"
-    return "trilemma " + shlex.join(_home_as_tilde(word) for word in argv)
+    return "trilemma " + " ".join(_quoted(word) for word in argv)

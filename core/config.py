@@ -373,22 +373,25 @@ class TrilemmaConfig(StrictModel):
         """The (short, long) pools whose split autoscaling.split tunes: the ones it names, else
         the first pool of each role; raises ValueError with the reason when they are no pair."""
         split = self.autoscaling.split
+        if self.routing.policy != "context_length":
+            raise ValueError(f"autoscaling.split moves the threshold of routing.policy context_length; "
+                             f"routing.policy is {self.routing.policy!r}")
 
         def pick(named: str | None, role: str, key: str) -> str:
-            if named is not None:
-                if named not in self.pools:
-                    raise ValueError(f"autoscaling.split.{key} names unknown pool {named!r}; configured: "
-                                     f"{sorted(self.pools)}")
-                return named
             found = [name for name, pool in self.pools.items() if pool.role == role]
+            if named is not None and named not in self.pools:
+                raise ValueError(f"autoscaling.split.{key} names unknown pool {named!r}; configured: "
+                                 f"{sorted(self.pools)}")
             if not found:
                 raise ValueError(f"autoscaling.split needs a pool of role {role} (or autoscaling.split.{key})")
+            if named is not None and named != found[0]:
+                # The router sends a request of a role to the first pool of that role: the split
+                # must read the loads of the pools its threshold moves work between.
+                raise ValueError(f"autoscaling.split.{key} {named!r} is not the pool the router sends {role} "
+                                 f"requests to ({found[0]!r}, the first pool of role {role})")
             return found[0]
 
         short, long = pick(split.short_pool, "short", "short_pool"), pick(split.long_pool, "long", "long_pool")
-        if short == long:
-            raise ValueError(f"autoscaling.split moves work between two pools; short_pool and long_pool are "
-                             f"both {short!r}")
         if self.pool_model(short).name != self.pool_model(long).name:
             raise ValueError(f"autoscaling.split's pools serve different models ({short!r}: "
                              f"{self.pool_model(short).name}, {long!r}: {self.pool_model(long).name}): "

@@ -59,8 +59,7 @@ class KvCacheProbe(StatLogger):
             self.usage = float(usage)
         prefix = getattr(scheduler_stats, "prefix_cache_stats", None)
         if prefix is not None:
-            if getattr(prefix, "reset", False):
-                self.prefix_queries = self.prefix_hits = 0
+            # Counted on through a reset of the cache (a sleep), as vLLM's own counters are.
             self.prefix_queries += getattr(prefix, "queries", 0) or 0
             self.prefix_hits += getattr(prefix, "hits", 0) or 0
 

@@ -35,7 +35,7 @@ from serving.cpu_engine import DtypeChoice, apply_cpu_niceness, read_cpu_flags, 
 from serving.engine_activity import EngineActivity
 from serving.engine_sleep import EngineSleep
 from serving.latency_window import LatencyWindow
-from serving.request_metering import metered, prompt_tokens_hint, requested_max_tokens, with_timeline
+from serving.request_metering import metered, prompt_tokens_hint, routed_max_tokens, with_timeline
 from serving.request_timeline import RequestTimeline
 from serving.stream_batching import StreamBatching, batched_stream
 from serving.work_share import WorkShare
@@ -239,7 +239,7 @@ class PoolServer(LLMServer):
             metered, activity=self._activity, work=self._work, rate=self._rate,
             latency=self._latency, arrived_at=arrived_at, timeline=timeline,
             prompt_tokens=prompt_tokens_hint(raw_request_info and raw_request_info.headers, request),
-            max_tokens=requested_max_tokens(request),
+            max_tokens=routed_max_tokens(request),
         ), timeline)
         token = _PENDING_METER.set(pending)
         try:

@@ -37,7 +37,8 @@ def read_split(app: str) -> dict | None:
 def format_split(split: dict | None) -> str:
     if not split:
         return "traffic split: off, or no decision yet (the routers use routing.short_context_threshold_tokens)"
-    return f"traffic split: threshold {split['threshold']} tokens; {split['reason']}"
+    threshold = f"threshold {split['threshold']} tokens" if split.get("threshold") else "the configured threshold"
+    return f"traffic split: {threshold}; {split['reason']}"
 
 
 def format_decisions(decisions: dict[str, list[dict]], last: int) -> str:

@@ -38,7 +38,7 @@ def prompt_tokens_hint(headers: dict[str, str] | None, request: Any) -> int:
     return max(1, len(str(text)) // 4)
 
 
-def requested_max_tokens(request: Any) -> int | None:
+def routed_max_tokens(request: Any) -> int | None:
     """The request's cap on output tokens (the router always sets one); None where it has none."""
     value = getattr(request, "max_completion_tokens", None) or getattr(request, "max_tokens", None)
     return value if isinstance(value, int) else None

@@ -52,7 +52,7 @@ def split_markdown(result: dict[str, Any], png: str) -> str:
         f"# {result['name']}", "",
         f"Command: `{result['command']}`", "",
         f"Trace `{trace['source']}`: {trace['summary']}. Replayed: {trace['window']}; {tuned['requests']} requests "
-        f"over {trace['replay_s']:.0f} s ({tuned['requests'] / trace['replay_s']:.2f} req/s), "
+        f"over {trace['replay_s']:.0f} s ({tuned['requests'] / max(trace['replay_s'], 1e-9):.2f} req/s), "
         f"{trace['capped']} cut by their scenario's max_tokens_cap, {tuned['rejected']} refused (larger than "
         f"every pool's max_model_len: a miss in every arm). Each request is sent with max_tokens = its output "
         "(ignore_eos), so its size is prompt + output.", "",

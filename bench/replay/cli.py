@@ -74,6 +74,10 @@ def bench_replay(args: argparse.Namespace) -> int:
         arms = [Arm.parse(spec.strip()) for spec in args.arms.split(",") if spec.strip()]
         if not arms or args.rounds < 1:
             raise ValueError("give at least one arm and one round")
+        if any(arm.url is None and arm.name != "app" for arm in arms):
+            from bench.isolation import shared_pool_config
+
+            shared_pool_config(config)  # a config that has no shared pool says so now, before any arm runs
         trace = read_trace(args.trace, args.format)
         rates = [text.strip() for text in args.rate_scale.split(",")]
         windows = {rate: ReplayWindow(start_s=args.start, duration_s=args.duration, rate_scale=float(rate),
@@ -141,6 +145,7 @@ def bench_replay(args: argparse.Namespace) -> int:
                   "figures": asdict(summary)},
         "window": {key: value for key, value in asdict(windows[rates[0]]).items() if key != "rate_scale"},
         "rate_scales": rates, "endpoint": args.endpoint, "rounds": args.rounds, "chat_scenario": scenario,
+        "seed": args.seed, "warmup": args.warmup,
         "slos": {name: asdict(slo) for name, slo in slos.items()}, "fleet_usd_per_hour": usd_per_hour,
         "length_buckets": [name for _, name in LENGTH_BUCKETS], "arms": figures,
         "comparison": compare(figures, scenario), "records": records,
@@ -162,10 +167,13 @@ def _join_earlier(path: Path, args: argparse.Namespace, rates: list[str], figure
 
     earlier = json.loads(Path(path).read_text())
     same = {"trace": shown_path(args.trace), "rate scales": rates, "endpoint": args.endpoint,
-            "start": args.start, "duration": args.duration, "speed": args.speed, "token scale": args.token_scale}
+            "start": args.start, "duration": args.duration, "speed": args.speed, "token scale": args.token_scale,
+            "max requests": args.max_requests, "seed": args.seed, "warm-up": args.warmup}
     found = {"trace": earlier["trace"]["source"], "rate scales": earlier["rate_scales"], "endpoint": earlier["endpoint"],
              "start": earlier["window"]["start_s"], "duration": earlier["window"]["duration_s"],
-             "speed": earlier["window"]["speed"], "token scale": earlier["window"]["token_scale"]}
+             "speed": earlier["window"]["speed"], "token scale": earlier["window"]["token_scale"],
+             "max requests": earlier["window"]["max_requests"], "seed": earlier.get("seed"),
+             "warm-up": earlier.get("warmup")}
     differ = [f"{key} {found[key]!r} there, {same[key]!r} here" for key in same if found[key] != same[key]]
     if differ:
         raise ValueError(f"{path} replayed something else: {'; '.join(differ)}")

@@ -31,8 +31,11 @@ def _attainment(records: list[ReplayRecord], slos: dict[str, Slo]) -> dict[str, 
 
 
 def fleet_usd_per_hour(config: TrilemmaConfig, rates: dict[str, float]) -> float:
-    """What the pools' replicas cost per hour together: the GPU share every arm is given."""
-    return sum(rates[name] * pool.replicas for name, pool in config.pools.items())
+    """What the pools' replicas cost per hour together: the GPU share every arm is given. An
+    autoscaled pool is charged its max_replicas, the share it may take whenever it wants it."""
+    scaling = config.autoscaling.pools if config.autoscaling.enabled else {}
+    return sum(rates[name] * (scaling[name].max_replicas if name in scaling else pool.replicas)
+               for name, pool in config.pools.items())
 
 
 def arm_figures(records: list[ReplayRecord], duration_s: float, slos: dict[str, Slo], usd_per_hour: float,

@@ -77,12 +77,12 @@ def build_requests(scheduled: list[ScheduledRequest], builder: PromptBuilder, *,
 
 async def _send(session: aiohttp.ClientSession, request: ReplayRequest, run_started: float) -> ReplayRecord:
     traced = request.scheduled.request
+    # A server that does not say the scenario (plain vLLM) served the one the request asked for.
     record = ReplayRecord(scenario=request.scenario, started_s=0.0, e2e_s=0.0, line=traced.line,
                           trace_prompt_tokens=traced.prompt_tokens, trace_output_tokens=traced.output_tokens,
                           planned_s=request.scheduled.send_at_s)
     await send_streamed(session, request.path, request.body, {wire.SCENARIO_HEADER: request.scenario}, record,
                         run_started)
-    # A server that does not say the scenario (plain vLLM) served the one the request asked for.
     if record.error is not None:
         record.refused = refusal(record.error)
     return record

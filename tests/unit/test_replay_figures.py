@@ -62,12 +62,12 @@ def test_the_prefix_cache_hit_rate_between_two_readings():
     assert hit_rates(None, {"short": (1.0, 1.0)}) is None
 
 
-def test_the_engines_prefix_cache_counts_add_up_and_restart_on_a_reset():
+def test_the_engines_prefix_cache_counts_add_up_through_a_reset_of_the_cache():
     probe = KvCacheProbe()
     for queries, hits, reset in ((64, 0, False), (128, 64, False), (32, 32, True), (16, 0, False)):
         probe.record(SimpleNamespace(kv_cache_usage=0.5,
                                      prefix_cache_stats=SimpleNamespace(queries=queries, hits=hits, reset=reset)), None)
-    assert (probe.usage, probe.prefix_queries, probe.prefix_hits) == (0.5, 48, 32)
+    assert (probe.usage, probe.prefix_queries, probe.prefix_hits) == (0.5, 240, 96)
 
 
 def test_the_verdicts_against_plain_vllm_and_one_shared_pool():

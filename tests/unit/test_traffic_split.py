@@ -338,7 +338,9 @@ def test_the_split_comes_from_the_config_only_where_it_and_autoscaling_are_on():
     ("path", "split", "error"),
     [
         (DEFAULT_CONFIG_PATH, {"short_pool": "tiny"}, "autoscaling.split.short_pool names unknown pool 'tiny'"),
-        (DEFAULT_CONFIG_PATH, {"short_pool": "long"}, "short_pool and long_pool are both 'long'"),
+        # The router sends short requests to the first short pool: the split must read that one.
+        (DEFAULT_CONFIG_PATH, {"short_pool": "long"}, "autoscaling.split.short_pool 'long' is not the pool the router "
+         "sends short requests to ('short', the first pool of role short)"),
         (CONFIG_DIR / "models-h200.yaml", {}, "autoscaling.split's pools serve different models ('chat': "
          "smollm2-135m-shape, 'batch': llama-8b-shape)"),
         (DEFAULT_CONFIG_PATH, {"max_threshold_tokens": 4096}, "max_threshold_tokens (4096) is above the max_model_len of pool short"),
@@ -453,7 +455,8 @@ def test_both_pools_policies_in_one_period_publish_one_threshold_and_a_restart_r
 
     assert "no figures from pool long" in period(100.0)["reason"]  # the long pool had not reported yet
     waiting = period(105.0)
-    assert waiting["threshold"] == 1024 and "asked 1 of 2 periods" in waiting["reason"]  # two asks, one period
+    # Two asks, one period; no threshold on the board until the split moves one: routers keep theirs.
+    assert waiting["threshold"] is None and "asked 1 of 2 periods" in waiting["reason"]
     moved = period(110.0)
     assert (moved["threshold"], moved["state"]["threshold"]) == (512, 512)
     records = [board.get(decisions_key(APP, pool))[-1] for pool in policies]
