@@ -88,12 +88,7 @@ def timeline_png(timeline: list[dict[str, Any]], slo_ttft_ms: float | None, path
     axes[2].step(t, [s["usd_per_hour"] for s in timeline], where="post", color="green")
     axes[2].set_ylabel("$ / hour")
     axes[2].set_xlabel("seconds")
-    fig.suptitle(title)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save_figure(fig, title, path)
 
 
 def live_markdown(result: dict[str, Any], png: str) -> str:
@@ -127,3 +122,15 @@ def live_markdown(result: dict[str, Any], png: str) -> str:
           + (f" (x{d['repeated']})" if d.get("repeated") else "") for d in result["decisions"]),
     ]
     return "\n".join(lines) + "\n"
+
+
+def save_figure(fig, title: str, path: Path) -> Path:
+    """A timeline figure under its title, written as a PNG and closed."""
+    import matplotlib.pyplot as plt
+
+    fig.suptitle(title)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path

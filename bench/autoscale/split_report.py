@@ -107,6 +107,8 @@ def split_timeline_png(result: dict[str, Any], path: Path, title: str) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from bench.autoscale.report import save_figure
+
     timeline = result["timeline"]
     short, long = result["pools"]["short"], result["pools"]["long"]
     t = [s["t"] for s in timeline]
@@ -132,9 +134,4 @@ def split_timeline_png(result: dict[str, Any], path: Path, title: str) -> Path:
     axes[3].set_ylabel("TTFT p99 (ms)\nlast 30 s")
     axes[3].set_xlabel("seconds")
     axes[3].legend(loc="upper left")
-    fig.suptitle(title)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save_figure(fig, title, path)

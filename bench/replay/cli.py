@@ -129,8 +129,12 @@ def bench_replay(args: argparse.Namespace) -> int:
                         sent, duration = asyncio.run(replay(url, bodies[rate], api_key=args.api_key,
                                                             progress=not args.no_progress,
                                                             label=f"{arm.name} {rate}x"))
-                        figures[arm.name][rate].append(arm_figures(sent, duration, slos, usd_per_hour,
-                                                                   hit_rates(before, read_counts(url))))
+                        # Rates and dollars over the window's length, the same for every arm; the
+                        # run's own length (to its last answer) is kept beside them.
+                        figures[arm.name][rate].append({
+                            **arm_figures(sent, window_seconds(windows[rate], scheduled[rate]), slos, usd_per_hour,
+                                          hit_rates(before, read_counts(url))),
+                            "run_s": duration})
                         records[arm.name][rate].append([asdict(r) for r in sent])
     finally:
         if any(arm.url is None and arm.name != "vllm" for arm in arms):  # the app's Ray, started here
@@ -158,6 +162,13 @@ def bench_replay(args: argparse.Namespace) -> int:
     print(md_path.read_text())
     print(f"wrote {shown_path(json_path)}, {shown_path(md_path)}, {shown_path(png_path)}")
     return 0
+
+
+def window_seconds(window: ReplayWindow, scheduled: list[ScheduledRequest]) -> float:
+    """The replay's wall length: its duration at its speed, or up to its last send."""
+    if window.duration_s is not None:
+        return window.duration_s / window.speed
+    return max(item.send_at_s for item in scheduled)
 
 
 def _join_earlier(path: Path, args: argparse.Namespace, rates: list[str], figures: dict[str, Any],

@@ -40,7 +40,8 @@ def fleet_usd_per_hour(config: TrilemmaConfig, rates: dict[str, float]) -> float
 
 def arm_figures(records: list[ReplayRecord], duration_s: float, slos: dict[str, Slo], usd_per_hour: float,
                 prefix_cache: dict[str, dict[str, float]] | None = None) -> dict[str, Any]:
-    """Goodput counts requests that met every SLO of their scenario; a refused request meets
+    """Rates are over `duration_s`, the replay window's length (the same for every arm that
+    replayed it). Goodput counts requests that met every SLO of their scenario; a refused request meets
     none. Dollars: the GPU share held for the run at its price (the same for every arm on the
     same share), per 1M tokens served and per good request; beside them, what the app's own
     accounting charged the requests (their busy time), where the server reports it."""

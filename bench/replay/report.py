@@ -36,7 +36,9 @@ def pooled_figures(rounds: list[dict[str, Any]], key_path: tuple[str, ...]) -> f
 
 def compare(arms: dict[str, dict[str, list[dict[str, Any]]]], chat: str) -> dict[str, Any]:
     """Per rate scale: the app's figures over plain vLLM's and the shared pool's, with the
-    targets that apply met or not (medians of the rounds)."""
+    targets that apply met or not (medians of the rounds). Ratios are judged as printed, to three
+    decimals: two arms that served the same requests alike differ in the last digits only by
+    when their last answers came."""
     comparisons = {}
     rates = sorted({rate for by_rate in arms.values() for rate in by_rate}, key=float)
     for rate in rates:
@@ -47,20 +49,20 @@ def compare(arms: dict[str, dict[str, list[dict[str, Any]]]], chat: str) -> dict
         row: dict[str, Any] = {}
         app_goodput, plain_goodput = figure("app", "goodput_rps"), figure("vllm", "goodput_rps")
         if app_goodput is not None and plain_goodput:
-            row["goodput_app_over_vllm"] = app_goodput / plain_goodput
+            row["goodput_app_over_vllm"] = round(app_goodput / plain_goodput, 3)
             target = GOODPUT_VS_PLAIN.get(float(rate))
             if target is not None:
                 row["goodput_target"] = target
                 row["goodput_met"] = row["goodput_app_over_vllm"] >= target
         app_p99, shared_p99 = (figure(arm, "by_scenario", chat, "ttft_ms", "p99") for arm in ("app", "shared"))
         if app_p99 and shared_p99:
-            row["chat_p99_ttft_shared_over_app"] = shared_p99 / app_p99
+            row["chat_p99_ttft_shared_over_app"] = round(shared_p99 / app_p99, 3)
             row["chat_p99_target"] = SHARED_OVER_APP_CHAT_P99
             row["chat_p99_met"] = row["chat_p99_ttft_shared_over_app"] >= SHARED_OVER_APP_CHAT_P99
         app_usd, plain_usd = figure("app", "usd_per_good_request"), figure("vllm", "usd_per_good_request")
         if app_usd is not None and plain_usd:
-            row["usd_per_good_request_app_over_vllm"] = app_usd / plain_usd
-            row["usd_met"] = app_usd <= plain_usd
+            row["usd_per_good_request_app_over_vllm"] = round(app_usd / plain_usd, 3)
+            row["usd_met"] = row["usd_per_good_request_app_over_vllm"] <= 1.0
         comparisons[rate] = row
     return comparisons
 
