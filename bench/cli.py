@@ -28,6 +28,7 @@ from bench.hops import add_hops_command
 from bench.metrics import Slo
 from bench.quality.cli import add_quality_command
 from bench.replay.cli import add_replay_command
+from bench.stops.cli import add_stops_command
 from bench.report import ReportError, write_report, write_sweep
 from bench.result_files import markdown_table, write_json, write_results
 from bench.runner import EndpointError, Workload, resolve_model, run_point, warm_up
@@ -126,6 +127,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     add_quality_command(sub)
     add_wake_command(sub)
     add_replay_command(sub)
+    add_stops_command(sub)
     add_chaos_command(sub)
     add_soak_command(sub)
     add_board_command(sub)

@@ -164,8 +164,9 @@ app_quality_real() {
 }
 
 # The Azure conversation trace (TRACE: its CSV; the host reaches no network, so carry it) replayed at
-# 1x and 2x its rate against plain vLLM on the whole share, one shared pool and the split app with
-# its traffic split on, one arm a step (each fits 10 minutes), each joining the arms before it.
+# 1x and 2x its rate against the split app with its traffic split on, plain vLLM on the whole share
+# and one shared pool, one arm a step (each fits 10 minutes), each joining the arms before it. The
+# app goes first: where device time runs out, the arm the verdicts are about is the one kept.
 trace=${TRACE:-.wh/traces/AzureLLMInferenceTrace_conv.csv}
 replay_args=(--config serve_app/configs/traffic-split-h200.yaml --set "model.source=$models/llama-8b-shape"
   --set autoscaling.pools.short.max_replicas=1 --set autoscaling.pools.long.max_replicas=1
@@ -173,14 +174,14 @@ replay_args=(--config serve_app/configs/traffic-split-h200.yaml --set "model.sou
 # REPLAY_SET: more overrides, e.g. for an H100 (80 GB): the accelerator and smaller KV caches.
 read -r -a more_sets <<< "${REPLAY_SET:-}"
 for setting in "${more_sets[@]}"; do replay_args+=(--set "$setting"); done
-app_replay_vllm() { python3 -m bench replay "$trace" --arms vllm "${replay_args[@]}" --name replay-azure-vllm; }
-app_replay_shared() {
-  python3 -m bench replay "$trace" --arms shared "${replay_args[@]}" --with "$out/replay-azure-vllm.json" \
-    --name replay-azure-shared
+app_replay_app() { python3 -m bench replay "$trace" --arms app "${replay_args[@]}" --name replay-azure-app; }
+app_replay_vllm() {
+  python3 -m bench replay "$trace" --arms vllm "${replay_args[@]}" --with "$out/replay-azure-app.json" \
+    --name replay-azure-app-vllm
 }
-app_replay_app() {
-  python3 -m bench replay "$trace" --arms app "${replay_args[@]}" --with "$out/replay-azure-vllm.json" \
-    --with "$out/replay-azure-shared.json" --name replay-azure-8b
+app_replay_shared() {
+  python3 -m bench replay "$trace" --arms shared "${replay_args[@]}" --with "$out/replay-azure-app-vllm.json" \
+    --name replay-azure-8b
 }
 
 case "$step" in
@@ -200,13 +201,13 @@ case "$step" in
   app-quality) app_quality ;;
   real-model) real_model ;;
   app-quality-real) app_quality_real ;;
+  app-replay-app) app_replay_app ;;
   app-replay-vllm) app_replay_vllm ;;
   app-replay-shared) app_replay_shared ;;
-  app-replay-app) app_replay_app ;;
   all) engine; app_overhead; app_overhead_moderate; app_isolation; app_colocate ;;
   *) echo "unknown step $step: engine, app-overhead, app-overhead-moderate, app-isolation," \
           "app-isolation-split, app-isolation-shared, app-colocate, app-start, app-stop, app-starts, app-hops," \
-          "app-vs-vllm, app-wake, app-quality, real-model, app-quality-real, app-replay-vllm, app-replay-shared," \
-          "app-replay-app or all" >&2
+          "app-vs-vllm, app-wake, app-quality, real-model, app-quality-real, app-replay-app, app-replay-vllm," \
+          "app-replay-shared or all" >&2
      exit 2 ;;
 esac

@@ -1,5 +1,6 @@
 """The vLLM engine of a pool replica: Ray Serve LLM's, with plain vLLM's process layout for an
-engine on one GPU, and its engine core forked from a process that has imported vLLM."""
+engine on one GPU, and its engine core bound to the replica (forked from a process that has
+imported vLLM where one runs)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from core.upstream import VLLMEngine, get_logger
 from deployments import vllm_compile_cache
 from serving.cpu_engine import AOT_COMPILE_ENV
 from serving.engine_preload import preloaded_context
+from serving.process_lifetime import bound_to_parent
 
 logger = get_logger(__name__)
 
@@ -47,41 +49,41 @@ class PoolEngine(VLLMEngine):
         return engine_args, frontend_args, vllm_config
 
     def _start_async_llm_engine(self, engine_args: Any, vllm_config: Any, placement_group: Any) -> Any:
-        # The engine core's process starts in here (serving.engine_preload says why forked). vLLM's
-        # NUMA binding wraps the command of a spawned engine core, so it keeps the spawn.
+        # The engine core's process starts in here: bound to the replica, and forked where the
+        # replica runs a forkserver (serving.engine_preload says why). vLLM's NUMA binding wraps
+        # the command of a spawned engine core, so it keeps vLLM's own start.
         if vllm_config.parallel_config.numa_bind:
             return super()._start_async_llm_engine(engine_args, vllm_config, placement_group)
-        with forked_engine_core():
+        with engine_core_of_this_replica():
             return super()._start_async_llm_engine(engine_args, vllm_config, placement_group)
 
 
 @contextlib.contextmanager
-def forked_engine_core() -> Iterator[None]:
-    """While the block runs, vLLM starts its engine core from the replica's forkserver (where one
-    runs), not by spawning it.
+def engine_core_of_this_replica() -> Iterator[None]:
+    """While the block runs, vLLM starts its engine core as a process that ends with the
+    replica however the replica ends (serving.process_lifetime): forked from the replica's
+    forkserver where one runs, else started as vLLM would, with a parent-death signal.
 
     vLLM's engine start takes its process context from `vllm.v1.engine.utils.get_mp_context`;
     that name is swapped for the block. A replica starts one engine, once, on its event loop's
-    thread, so nothing else calls it meanwhile.
+    thread, so nothing else calls it meanwhile, and the thread outlives the engine core.
     """
-    context = preloaded_context()
-    if context is None:
-        yield
-        return
     from vllm.v1.engine import utils as engine_utils
 
-    spawn_context = engine_utils.get_mp_context
+    vllms_context = engine_utils.get_mp_context
+    preloaded = preloaded_context()
 
-    def preloaded() -> Any:
-        spawn_context()  # for the environment it sets, which the engine core's own children need
-        return context
+    def of_this_replica() -> Any:
+        context = vllms_context()  # also for the environment it sets, which the engine core's children need
+        return preloaded if preloaded is not None else bound_to_parent(context)
 
-    engine_utils.get_mp_context = preloaded
-    logger.info("vLLM's engine core is forked from the replica's forkserver, which has imported vLLM")
+    engine_utils.get_mp_context = of_this_replica
+    if preloaded is not None:
+        logger.info("vLLM's engine core is forked from the replica's forkserver, which has imported vLLM")
     try:
         yield
     finally:
-        engine_utils.get_mp_context = spawn_context
+        engine_utils.get_mp_context = vllms_context
 
 
 def unloaded_compile_cache_plugin(environ: Mapping[str, str], *, on_cpu: bool, loads: bool) -> str | None:

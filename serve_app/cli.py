@@ -149,7 +149,9 @@ def _serve(args: argparse.Namespace) -> int:
         f"\"content\": \"Hello!\"}}]}}'\n",
         flush=True,
     )
-    serve_until_stopped(config)
+    if not serve_until_stopped(config):
+        print("stopped: the Ray cluster it ran on has ended", flush=True)
+        return 1
     print("stopped", flush=True)
     return 0
 

@@ -19,7 +19,9 @@ import ray
 from ray import serve
 
 from core.config import TrilemmaConfig
-from serve_app.ray_driver import RAY_SUBREAPER_ENV, init_ray
+from serve_app.haproxy_lifetime import bind_haproxy_to_its_proxy
+from serve_app.leftovers import check_port_free, end_leftovers
+from serve_app.ray_driver import RAY_SUBREAPER_ENV, init_ray, local_cluster_ended
 from serve_app.transport import apply_transport_env, check_ingress
 from serving.engine_processes import orphaned_engines, orphaned_haproxies
 
@@ -29,6 +31,9 @@ DRAIN_MARGIN_S = 15.0
 # Ending the Ray session after the drain takes seconds; a stop still running this long after
 # the drain's bound has hung, and the process ends without it.
 SHUTDOWN_BOUND_S = 60.0
+# How often a serving process looks whether the Ray it started is still there.
+CLUSTER_WATCH_S = 1.0
+SIGNAL_GRACE_S = 1.0
 
 
 def ensure_ray(config: TrilemmaConfig) -> None:
@@ -39,11 +44,23 @@ def ensure_ray(config: TrilemmaConfig) -> None:
     if os.environ.get("RAY_ADDRESS"):
         init_ray()
     else:
-        os.environ.setdefault(RAY_SUBREAPER_ENV, "true")
-        check_ingress(config.transport)
-        logger.info("Ray Serve transport: %s", apply_transport_env(config.transport))
+        prepare_local_ray(config)
         init_ray(num_cpus=config.local_ray.num_cpus,
                  _metrics_export_port=config.local_ray.metrics_export_port)
+
+
+def prepare_local_ray(config: TrilemmaConfig) -> None:
+    """What a Ray started on this machine for the app needs in this process's environment before
+    it starts, and on the machine: no leftovers of an earlier session, a free port (PortInUse
+    names its holder), the transport, and an HAProxy that ends with its proxy (docs/faults.md,
+    "Stops")."""
+    end_leftovers()
+    check_port_free(config.http.host, config.http.port)
+    os.environ.setdefault(RAY_SUBREAPER_ENV, "true")
+    check_ingress(config.transport)
+    logger.info("Ray Serve transport: %s", apply_transport_env(config.transport))
+    if config.transport.ingress == "haproxy":
+        bind_haproxy_to_its_proxy()
 
 
 def import_app_code() -> Future[ModuleType]:
@@ -132,25 +149,38 @@ def deployed(
         undeploy(config)
 
 
-def serve_until_stopped(config: TrilemmaConfig, stop: threading.Event | None = None) -> None:
+def serve_until_stopped(config: TrilemmaConfig, stop: threading.Event | None = None) -> bool:
     """Serves until SIGTERM (what `docker stop`, Kubernetes and systemd send), Ctrl-C or `stop`,
-    then drains the app and ends the Ray session.
+    then drains the app and ends the Ray session; or until the Ray this process started ends
+    beneath it (`ray stop`), then ends what is left of the session. True when the stop was asked
+    for, False when the cluster ended.
 
     Ray's core would abort the process on SIGTERM; the handler set here, after Ray started,
-    replaces its handler for this process.
+    replaces its handler for this process. A signal to the whole process group reaches Ray's
+    daemons too: their replicas end with them, and there is nothing left to drain.
     """
     stop = stop or threading.Event()
     previous = signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
+    asked = True
     try:
-        while not stop.wait(1.0):
-            pass
+        while not stop.wait(CLUSTER_WATCH_S):
+            if local_cluster_ended():
+                # A signal to the whole process group ends Ray's daemons as it reaches this
+                # process: a stop asked for, whichever of the two is seen first.
+                asked = stop.wait(SIGNAL_GRACE_S)
+                break
     except KeyboardInterrupt:
         pass
     finally:
         signal.signal(signal.SIGTERM, previous)
+    if not asked:
+        logger.error("the Ray cluster that %s ran on has ended (`ray stop`, or its daemons were signalled): "
+                     "ending what is left of it", config.app_name)
     with ends_within(stop_bound_s(config), "stopping"):
-        drain(config)
+        if not local_cluster_ended():
+            drain(config)
         shutdown_local_ray()
+    return asked
 
 
 def drain_bound_s(config: TrilemmaConfig) -> float:
@@ -197,7 +227,13 @@ def drain(config: TrilemmaConfig) -> bool:
         target=serve.delete, args=(config.app_name,), kwargs={"_blocking": True}, daemon=True
     )
     deleting.start()
-    deleting.join(bound + DRAIN_MARGIN_S)
+    deadline = time.monotonic() + bound + DRAIN_MARGIN_S
+    while deleting.is_alive() and time.monotonic() < deadline:
+        deleting.join(CLUSTER_WATCH_S)
+        if local_cluster_ended():
+            logger.warning("the Ray cluster ended while %s drained: requests in flight there have ended with it",
+                           config.app_name)
+            return False
     if deleting.is_alive():
         logger.warning("%s did not drain within %.0f s; stopping it anyway", config.app_name, bound + DRAIN_MARGIN_S)
         return False

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import threading
 import time
 from typing import Any
@@ -19,6 +20,7 @@ RAY_SUBREAPER_ENV = "RAY_kill_child_processes_on_worker_exit_with_raylet_subreap
 # What a driver may adopt and never spawns itself: Ray's workers and vLLM's engines.
 ADOPTED_PREFIXES = ("ray::", "VLLM::")
 REAP_INTERVAL_S = 5.0
+GCS_PROBE_TIMEOUT_S = 2.0
 _reaper_started = threading.Event()
 
 
@@ -68,3 +70,33 @@ def _start_reaper() -> None:
             time.sleep(REAP_INTERVAL_S)
 
     threading.Thread(target=reap_forever, name="reap-adopted", daemon=True).start()
+
+
+
+def local_cluster_ended() -> bool:
+    """Whether the Ray this process started has lost its raylet or its GCS: `ray stop`, or a
+    signal to the whole process group that Ray's daemons got too. Nothing of the app can be
+    reached then, and a drain would wait for a GCS that is gone. Always False for a cluster this
+    process joined: its daemons are not this process's to watch.
+
+    A GCS given SIGTERM stops listening at once but its process can linger in its own shutdown
+    (Ray 2.58, 30 s and more on a 2-core machine), so a refused connection counts as its end;
+    a slow answer does not, since a busy GCS is still there.
+    """
+    from ray._private import ray_constants, worker
+
+    node = getattr(worker, "_global_node", None)
+    if node is None or not node.head:
+        return False
+    daemons = [info.process for kind in (ray_constants.PROCESS_TYPE_GCS_SERVER, ray_constants.PROCESS_TYPE_RAYLET)
+               for info in node.all_processes.get(kind, [])]
+    if any(daemon.poll() is not None for daemon in daemons):
+        return True
+    host, port = node.gcs_address.rsplit(":", 1)
+    try:
+        socket.create_connection((host, int(port)), timeout=GCS_PROBE_TIMEOUT_S).close()
+    except ConnectionRefusedError:
+        return True
+    except OSError:  # slow or unreachable for a moment: not proof of its end
+        return False
+    return False

@@ -17,15 +17,14 @@ forkserver lives as long as the engine core: vLLM learns of the engine core's ex
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import multiprocessing.context
 import multiprocessing.forkserver
 import os
-import signal
-import sys
 
 import psutil
+
+from serving.process_lifetime import die_with_parent
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +37,6 @@ PRELOADED_MODULES = (
     "vllm.v1.executor.uniproc_executor",
     "vllm.v1.executor.multiproc_executor",
 )
-_PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 _context: PreloadedContext | None = None
 _server_pid: int | None = None
@@ -60,7 +58,7 @@ class EngineCoreProcess(multiprocessing.context.ForkServerProcess):
         super().start()
 
     def run(self) -> None:
-        _die_with(self._server_pid)
+        die_with_parent(self._server_pid)
         _take_environment(self._parent_environ)
         if self._parent_niceness > os.getpriority(os.PRIO_PROCESS, 0):
             # Only ever raised: the server starts at the replica's value, before it is raised.
@@ -117,11 +115,3 @@ def _take_environment(environ: dict[str, str]) -> None:
         if os.environ.get(name) != value:
             os.environ[name] = value
 
-
-def _die_with(server_pid: int | None) -> None:
-    """SIGKILL when the parent, the forkserver, ends; at once if it ended before this ran."""
-    if sys.platform != "linux":
-        return
-    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() != server_pid:
-        os.kill(os.getpid(), signal.SIGKILL)

@@ -8,9 +8,8 @@ from pathlib import Path
 import pytest
 
 from core.model_store import default_cache_dir, prepare_embedded_model
-from serve_app.launcher import reap_orphaned_engines
-from serve_app.ray_driver import RAY_SUBREAPER_ENV, init_ray
-from serve_app.transport import apply_transport_env
+from serve_app.launcher import prepare_local_ray, reap_orphaned_engines
+from serve_app.ray_driver import init_ray
 from tests.support import METRICS_TEST_PORT, config_for_tests
 
 
@@ -29,8 +28,7 @@ def ray_cluster():
         # Building an app (the unit tier does) can start a default Ray: Ray Serve LLM's
         # builders query the cluster. The app tiers need the one sized like `local_ray`.
         ray.shutdown()
-    os.environ.setdefault(RAY_SUBREAPER_ENV, "true")  # as the app's own Ray has it
-    apply_transport_env(config_for_tests().transport)  # and the transport it starts with
+    prepare_local_ray(config_for_tests())  # as the app's own Ray is prepared
     init_ray(num_cpus=4, include_dashboard=False, _metrics_export_port=METRICS_TEST_PORT)
     yield
     serve.shutdown()

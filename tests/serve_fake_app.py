@@ -49,9 +49,9 @@ def main(argv: list[str] | None = None) -> int:
         print("stopped while starting", flush=True)
         return 0
     print(f"serving {url}", flush=True)
-    serve_until_stopped(config)
-    print("stopped", flush=True)
-    return 0
+    asked = serve_until_stopped(config)
+    print("stopped" if asked else "stopped: the Ray cluster ended", flush=True)
+    return 0 if asked else 1
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from core.config import CONFIG_DIR, TrilemmaConfig
 from deployments import pool_engine
 from deployments.pool_deployment import llm_config_for_pool
 from deployments.pool_engine import PoolEngine, runs_worker_in_engine_core, unloaded_compile_cache_plugin
+from serving.process_lifetime import BoundForkContext, BoundSpawnContext
 
 
 @pytest.mark.parametrize(("backend", "world_size", "on_cpu", "expected"), [
@@ -68,14 +69,23 @@ def test_while_the_engine_starts_vllm_takes_its_process_context_from_the_forkser
     from vllm.v1.engine import utils as engine_utils
 
     preloaded = object()
-    spawn_context = engine_utils.get_mp_context
+    vllms_context = engine_utils.get_mp_context
     monkeypatch.setattr(pool_engine, "preloaded_context", lambda: preloaded)
-    with pool_engine.forked_engine_core():
+    with pool_engine.engine_core_of_this_replica():
         assert engine_utils.get_mp_context() is preloaded
-    assert engine_utils.get_mp_context is spawn_context
-    monkeypatch.setattr(pool_engine, "preloaded_context", lambda: None)  # no server: vLLM's own
-    with pool_engine.forked_engine_core():
-        assert engine_utils.get_mp_context is spawn_context
+    assert engine_utils.get_mp_context is vllms_context
+
+
+def test_without_a_forkserver_the_engine_core_starts_as_vllm_would_but_bound_to_the_replica(monkeypatch):
+    from vllm.v1.engine import utils as engine_utils
+
+    vllms_context = engine_utils.get_mp_context
+    monkeypatch.setattr(pool_engine, "preloaded_context", lambda: None)
+    with pool_engine.engine_core_of_this_replica():
+        context = engine_utils.get_mp_context()
+        assert isinstance(context, (BoundSpawnContext, BoundForkContext))
+        assert context.get_start_method() == vllms_context().get_start_method()
+    assert engine_utils.get_mp_context is vllms_context
 
 
 def test_the_names_the_engine_start_relies_on_are_where_vllm_and_ray_use_them():

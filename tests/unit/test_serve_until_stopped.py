@@ -1,0 +1,61 @@
+"""How a serving process ends: a stop asked for drains first; a Ray that ended beneath it (`ray
+stop`) is not waited for; a signal to the whole group, which ends Ray's daemons with it, still
+counts as asked for; a drain gives up as soon as the cluster is gone."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from serve_app import launcher
+from tests.support import config_for_tests
+
+
+@pytest.fixture
+def stopping(monkeypatch):
+    """The launcher with Ray's part recorded: the calls made, and a switch for the cluster's end."""
+    calls: list[str] = []
+    ended = threading.Event()
+    monkeypatch.setattr(launcher, "CLUSTER_WATCH_S", 0.05)
+    monkeypatch.setattr(launcher, "SIGNAL_GRACE_S", 0.2)
+    monkeypatch.setattr(launcher, "local_cluster_ended", ended.is_set)
+    monkeypatch.setattr(launcher, "drain", lambda config: calls.append("drain"))
+    monkeypatch.setattr(launcher, "shutdown_local_ray", lambda: calls.append("shutdown"))
+    return calls, ended
+
+
+def test_a_stop_asked_for_drains_then_ends_the_ray_session(stopping):
+    calls, _ = stopping
+    stop = threading.Event()
+    threading.Timer(0.2, stop.set).start()
+    assert launcher.serve_until_stopped(config_for_tests(), stop) is True
+    assert calls == ["drain", "shutdown"]
+
+
+def test_a_ray_that_ended_beneath_it_is_not_drained(stopping):
+    calls, ended = stopping
+    threading.Timer(0.2, ended.set).start()
+    assert launcher.serve_until_stopped(config_for_tests(), threading.Event()) is False
+    assert calls == ["shutdown"]
+
+
+def test_a_signal_that_ended_ray_too_is_a_stop_asked_for(stopping):
+    calls, ended = stopping
+    stop = threading.Event()
+    ended.set()
+    threading.Timer(0.1, stop.set).start()  # the process's own signal handler, a moment later
+    assert launcher.serve_until_stopped(config_for_tests(), stop) is True
+    assert calls == ["shutdown"]
+
+
+def test_a_drain_gives_up_when_the_cluster_ends(monkeypatch):
+    monkeypatch.setattr(launcher, "CLUSTER_WATCH_S", 0.05)
+    ended = threading.Event()
+    monkeypatch.setattr(launcher, "local_cluster_ended", ended.is_set)
+    monkeypatch.setattr(launcher.serve, "delete", lambda name, _blocking: time.sleep(30))
+    threading.Timer(0.3, ended.set).start()
+    started = time.monotonic()
+    assert launcher.drain(config_for_tests()) is False
+    assert time.monotonic() - started < 5
