@@ -70,8 +70,10 @@ prometheus:
 observe: setup prometheus
 	$(VENV)/bin/trilemma observe prometheus --config $(CONFIG)
 
+# The stops tier runs alone, after the others: its `ray stop` ends every Ray of the user.
 test: setup prometheus
 	$(PY) -m pytest -v -rs --durations=15 --junitxml=build/test-results.xml
+	$(PY) -m pytest -v -rs tests/stops --junitxml=build/test-results-stops.xml
 
 test-fast: setup
 	$(PY) -m pytest -v -m "not e2e"

@@ -28,6 +28,7 @@ from serve_app.launcher import stop_bound_s
 EXIT_MARGIN_S = 30.0
 REPO = Path(__file__).resolve().parents[2]
 LOGS = REPO / "build" / "stops"
+BENCH_TRACE = REPO / "bench" / "replay" / "samples" / "plain-sample.jsonl"
 
 
 def add_stops_command(sub: argparse._SubParsersAction) -> None:
@@ -36,7 +37,9 @@ def add_stops_command(sub: argparse._SubParsersAction) -> None:
     add_app_args(stops)
     stops.add_argument("--stops", default=",".join(STOPS), help=f"comma-separated, of: {', '.join(STOPS)}")
     stops.add_argument("--launchers", default="serve", help="comma-separated: serve (`trilemma serve`), make "
-                                                            "(`make serve` around it; the config's path only)")
+                                                            "(`make serve` around it; the config's path only), "
+                                                            "bench (`trilemma bench replay` of a sample trace, "
+                                                            "which starts the app itself)")
     stops.add_argument("--streams", type=int, default=4, help="streams in flight at each stop")
     stops.add_argument("--max-tokens", type=int, default=256, help="tokens of each stream")
     stops.add_argument("--ready-timeout-s", type=float, default=600.0)
@@ -49,7 +52,15 @@ def launch_argv(launcher: str, config_path: Path, overrides: list[str]) -> list[
         if overrides:
             raise ValueError("`make serve` takes the config's path only: drop --set, or use --launchers serve")
         return ["make", "-C", str(REPO), "serve", f"CONFIG={config_path.resolve()}"]
-    argv = [sys.executable, "-m", "serve_app.cli", "serve", "--config", str(config_path)]
+    if launcher == "bench":
+        # A benchmark that starts the app and replays a sample trace against it (slowed and
+        # shortened to a light load that lasts minutes): stopped while it replays, it must take
+        # its app down as `trilemma serve` does.
+        argv = [sys.executable, "-m", "bench", "replay", str(BENCH_TRACE), "--arms", "app", "--speed", "0.1",
+                "--token-scale", "0.25", "--no-progress", "--config", str(config_path),
+                "--out", str(LOGS / "bench-out")]
+    else:
+        argv = [sys.executable, "-m", "serve_app.cli", "serve", "--config", str(config_path)]
     for override in overrides:
         argv += ["--set", override]
     return argv

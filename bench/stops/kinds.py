@@ -17,7 +17,7 @@ import psutil
 
 from bench.stops.session import TerminalSession, signal_process
 
-LAUNCHERS = ("serve", "make")
+LAUNCHERS = ("serve", "make", "bench")
 RAY_STOP_TIMEOUT_S = 120.0
 
 
@@ -29,13 +29,16 @@ class Stop:
 
 
 def serving_process(session: TerminalSession) -> psutil.Process:
-    """`trilemma serve`: the session's first process, or the child `make serve` runs."""
+    """The command that serves: `trilemma serve` (the session's first process, or the child
+    `make serve` runs), or a `trilemma bench` command that started the app itself."""
     leader = psutil.Process(session.process.pid)
     for process in [leader, *leader.children(recursive=True)]:
         command = " ".join(process.cmdline())
         if " serve" in command and ("trilemma" in command or "serve_app.cli" in command):
             return process
-    raise LookupError(f"no `trilemma serve` under pid {leader.pid}")
+        if " bench " in command or "-m bench" in command:
+            return process
+    raise LookupError(f"no `trilemma serve` or `trilemma bench` under pid {leader.pid}")
 
 
 def _ray_stop(*flags: str) -> Callable[[TerminalSession], None]:

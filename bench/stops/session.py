@@ -9,6 +9,7 @@ from __future__ import annotations
 import fcntl
 import os
 import pty
+import signal
 import subprocess
 import termios
 import threading
@@ -32,6 +33,10 @@ class TerminalSession:
 
         def take_terminal() -> None:  # in the child, after setsid: the pty becomes its terminal
             fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+            # As an interactive shell starts a foreground command: a caller started without job
+            # control (`nohup`, `cmd &` in a script) has SIGINT ignored, which a child inherits
+            # and Python then keeps, so Ctrl-C would not reach the command.
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
 
         self.process = subprocess.Popen(argv, stdin=terminal, stdout=terminal, stderr=terminal, env=env, cwd=cwd,
                                         start_new_session=True, preexec_fn=take_terminal)

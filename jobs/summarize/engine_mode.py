@@ -21,6 +21,7 @@ from typing import Any, Callable, Iterator
 from deployments import vllm_compile_cache
 from jobs.summarize.chunking import ChunkPlan, combine_groups
 from jobs.summarize.config import SummarizeConfig
+from jobs.summarize.engine_lifetime import SETUP_HOOK
 from jobs.summarize.inputs import Document
 from jobs.summarize.mapreduce import Completion, Outcome, Partial
 from jobs.summarize.prompts import Prompts
@@ -56,7 +57,7 @@ def processor_config(config: SummarizeConfig, model_source: str):
         "engine_kwargs": engine_kwargs,
         "concurrency": engine.replicas,
         "batch_size": engine.batch_size,
-        "runtime_env": {"env_vars": env} if env else None,
+        "runtime_env": {"env_vars": env, "worker_process_setup_hook": SETUP_HOOK},
         "chat_template_stage": stage, "tokenize_stage": stage, "detokenize_stage": stage,
         # A row the engine fails comes back marked, not as an exception that ends the pass.
         "should_continue_on_error": True,

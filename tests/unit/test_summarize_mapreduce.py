@@ -9,6 +9,7 @@ import pytest
 
 from jobs.summarize.chunking import ChunkPlan
 from jobs.summarize.config import SummarizeConfig
+from jobs.summarize.engine_lifetime import SETUP_HOOK
 from jobs.summarize.engine_mode import ERROR_COLUMN, EngineMeter, engine_results, processor_config
 from jobs.summarize.inputs import Document
 from jobs.summarize.mapreduce import Completion, Outcome, summarize_document
@@ -122,10 +123,12 @@ def test_processor_config_for_cpu_and_gpu_engines():
     assert [bundle["CPU"] for bundle in cpu.placement_group_config["bundles"]] == [1]
     assert cpu.engine_kwargs["max_model_len"] == 2048 and cpu.engine_kwargs["max_num_seqs"] == 4
     assert cpu.engine_kwargs["enforce_eager"] is True and cpu.should_continue_on_error
-    assert cpu.runtime_env == {"env_vars": {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_USE_AOT_COMPILE": "1"}}
+    assert cpu.runtime_env == {"env_vars": {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_USE_AOT_COMPILE": "1"},
+                               "worker_process_setup_hook": SETUP_HOOK}
     assert cpu.chat_template_stage["num_cpus"] == 0.25
     gpu = processor_config(config.with_overrides({"engine.accelerator": "H100", "engine.env": {}}), "org/model")
-    assert gpu.accelerator_type == "H100" and gpu.placement_group_config is None and gpu.runtime_env is None
+    assert gpu.accelerator_type == "H100" and gpu.placement_group_config is None
+    assert gpu.runtime_env == {"env_vars": {}, "worker_process_setup_hook": SETUP_HOOK}
 
 
 def test_engine_mode_carries_a_lone_summary_to_the_next_round():
