@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -44,11 +45,21 @@ def markdown_table(points: list[dict[str, Any]]) -> str:
     return header + "\n".join(rows) + "\n"
 
 
+# A list of numbers only (per-token gaps, per-second series): written on one line, not one
+# number a line, which made a replay's records several times larger.
+_NUMBER_LIST = re.compile(r"\[\s*(-?[0-9][-+0-9.eE]*(?:,\s*-?[0-9][-+0-9.eE]*)*)\s*\]")
+
+
+def to_json(result: dict[str, Any]) -> str:
+    text = json.dumps(result, indent=2, default=str)
+    return _NUMBER_LIST.sub(lambda match: "[" + ", ".join(n.strip() for n in match.group(1).split(",")) + "]", text)
+
+
 def write_json(result: dict[str, Any], out_dir: Path, name: str) -> Path:
     """`out_dir/name.json`, everything a command measured; its markdown goes beside it."""
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{name}.json"
-    path.write_text(json.dumps(result, indent=2, default=str) + "\n")
+    path.write_text(to_json(result) + "\n")
     return path
 
 

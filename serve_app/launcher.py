@@ -17,6 +17,7 @@ from typing import Iterator
 import psutil
 import ray
 from ray import serve
+from ray.serve.exceptions import RayServeException
 
 from core.config import TrilemmaConfig
 from serve_app.haproxy_lifetime import bind_haproxy_to_its_proxy
@@ -132,8 +133,15 @@ def deploy_unless_stopped(
 
 
 def undeploy(config: TrilemmaConfig) -> None:
-    """Deletes the app and waits for its replicas to stop; engines that outlive them are killed."""
-    serve.delete(config.app_name, _blocking=True)
+    """Deletes the app and waits for its replicas to stop; engines that outlive them are killed.
+    After a deploy refused before Ray or Serve started there is nothing to delete, and the
+    refusal is what the caller sees (serve.delete would start a Ray of its own to look)."""
+    if not ray.is_initialized():
+        return
+    try:
+        serve.delete(config.app_name, _blocking=True)
+    except RayServeException:  # no Serve instance on this cluster: nothing was deployed
+        pass
     reap_orphaned_engines()
 
 

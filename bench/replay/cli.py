@@ -108,9 +108,10 @@ def bench_replay(args: argparse.Namespace) -> int:
     slos = config_slos(config)
     figures: dict[str, dict[str, list[dict[str, Any]]]] = {}
     records: dict[str, dict[str, list[list[dict[str, Any]]]]] = {}
+    earlier_runs: list[dict[str, Any]] = []  # the commands that measured the joined arms
     try:
         for path in args.with_results:
-            _join_earlier(path, args, rates, figures, records)
+            earlier_runs += _join_earlier(path, args, rates, figures, records)
     except (OSError, ValueError, KeyError) as error:
         return fail(error)
     for arm in arms:
@@ -135,7 +136,7 @@ def bench_replay(args: argparse.Namespace) -> int:
                             **arm_figures(sent, window_seconds(windows[rate], scheduled[rate]), slos, usd_per_hour,
                                           hit_rates(before, read_counts(url))),
                             "run_s": duration})
-                        records[arm.name][rate].append([asdict(r) for r in sent])
+                        records[arm.name][rate].append([stored_record(asdict(r)) for r in sent])
     finally:
         if any(arm.url is None and arm.name != "vllm" for arm in arms):  # the app's Ray, started here
             from serve_app.launcher import shutdown_local_ray
@@ -152,7 +153,7 @@ def bench_replay(args: argparse.Namespace) -> int:
         "seed": args.seed, "warmup": args.warmup,
         "slos": {name: asdict(slo) for name, slo in slos.items()}, "fleet_usd_per_hour": usd_per_hour,
         "length_buckets": [name for _, name in LENGTH_BUCKETS], "arms": figures,
-        "comparison": compare(figures, scenario), "records": records,
+        "comparison": compare(figures, scenario), "earlier_runs": earlier_runs, "records": records,
     }
     name = args.name or f"replay-{time.strftime('%Y%m%d-%H%M%S')}"
     json_path = write_json(result, args.out, name)
@@ -164,6 +165,19 @@ def bench_replay(args: argparse.Namespace) -> int:
     return 0
 
 
+def stored_record(record: dict[str, Any]) -> dict[str, Any]:
+    """A request's record with its numbers to 5 significant digits (10 µs of a 0.1 s gap, 1 ms
+    of a minute): the stored replay stays a few MB, and no figure moves."""
+    def rounded(value: Any) -> Any:
+        if isinstance(value, float):
+            return float(f"{value:.5g}")
+        if isinstance(value, list):
+            return [rounded(item) for item in value]
+        return value
+
+    return {key: rounded(value) for key, value in record.items()}
+
+
 def window_seconds(window: ReplayWindow, scheduled: list[ScheduledRequest]) -> float:
     """The replay's wall length: its duration at its speed, or up to its last send."""
     if window.duration_s is not None:
@@ -172,8 +186,10 @@ def window_seconds(window: ReplayWindow, scheduled: list[ScheduledRequest]) -> f
 
 
 def _join_earlier(path: Path, args: argparse.Namespace, rates: list[str], figures: dict[str, Any],
-                  records: dict[str, Any]) -> None:
-    """An earlier run's arms, once it is shown to have replayed the same requests the same way."""
+                  records: dict[str, Any]) -> list[dict[str, Any]]:
+    """An earlier run's arms, once it is shown to have replayed the same requests the same way;
+    the commands that measured them (its own and those it joined), so that the joined result
+    says how each arm was made without the earlier files."""
     import json
 
     earlier = json.loads(Path(path).read_text())
@@ -192,6 +208,11 @@ def _join_earlier(path: Path, args: argparse.Namespace, rates: list[str], figure
         if arm in figures:
             raise ValueError(f"arm {arm!r} is in two --with results")
         figures[arm], records[arm] = by_rate, earlier["records"][arm]
+    joined = earlier.get("earlier_runs", [])
+    joined_arms = {arm for run in joined for arm in run["arms"]}
+    own = {"command": earlier["command"], "measured_at": earlier["measured_at"],
+           "arms": [arm for arm in earlier["arms"] if arm not in joined_arms]}
+    return [*joined, own]
 
 
 def _warm_up(url: str, bodies: list[ReplayRequest], api_key: str | None) -> None:

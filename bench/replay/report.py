@@ -69,14 +69,17 @@ def compare(arms: dict[str, dict[str, list[dict[str, Any]]]], chat: str) -> dict
 
 def markdown(result: dict[str, Any]) -> str:
     trace, window = result["trace"], result["window"]
-    lines = [f"# Replay of {trace['source']}", "", f"Command: `{result['command']}`", "",
-             f"Trace: {trace['summary']}", "",
-             f"Window: start {window['start_s']} s, duration {window['duration_s']} s, rate scales "
-             f"{', '.join(result['rate_scales'])}, speed {window['speed']}, token scale {window['token_scale']}, "
-             f"endpoint {result['endpoint']}, {result['rounds']} round(s), arms in ABAB order.", "",
-             "| arm | rate | requests | refused | goodput req/s | SLO met | TTFT p50 / p99 ms | TPOT p50 / p99 ms "
-             "| E2E p99 ms | out tok/s | $/1M tok | $/good req | prefix hit |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines = [f"# Replay of {trace['source']}", "", f"Command: `{result['command']}`", ""]
+    for run in result.get("earlier_runs", []):
+        lines += [f"Arms {', '.join(run['arms'])}, joined from {run['measured_at']}: `{run['command']}`", ""]
+    lines += [
+        f"Trace: {trace['summary']}", "",
+        f"Window: start {window['start_s']} s, duration {window['duration_s']} s, rate scales "
+        f"{', '.join(result['rate_scales'])}, speed {window['speed']}, token scale {window['token_scale']}, "
+        f"endpoint {result['endpoint']}, {result['rounds']} round(s), arms in ABAB order.", "",
+        "| arm | rate | requests | refused | goodput req/s | SLO met | TTFT p50 / p99 ms | TPOT p50 / p99 ms "
+        "| E2E p99 ms | out tok/s | $/1M tok | $/good req | prefix hit |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for arm, by_rate in result["arms"].items():
         for rate, rounds in by_rate.items():
             for index, f in enumerate(rounds):

@@ -59,3 +59,18 @@ def test_a_drain_gives_up_when_the_cluster_ends(monkeypatch):
     started = time.monotonic()
     assert launcher.drain(config_for_tests()) is False
     assert time.monotonic() - started < 5
+
+
+def test_a_deploy_refused_before_ray_started_is_what_the_caller_sees(monkeypatch):
+    # Not a "no Serve instance" error from the cleanup, and no Ray started just to look.
+    from core.config import ConfigError
+
+    def refuse(config):
+        raise ConfigError("transport.ingress is haproxy, but this machine has no HAProxy binary")
+
+    monkeypatch.setattr(launcher, "ensure_ray", refuse)
+    monkeypatch.setattr(launcher.ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(launcher.serve, "delete", lambda *a, **k: pytest.fail("serve.delete would start a Ray"))
+    with pytest.raises(ConfigError, match="no HAProxy binary"):
+        with launcher.deployed(config_for_tests()):
+            pass
