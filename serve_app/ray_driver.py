@@ -25,7 +25,8 @@ _reaper_started = threading.Event()
 
 
 def init_ray(**options: Any) -> None:
-    """`ray.init(**options)`, then SIGCHLD back to its default.
+    """`ray.init(**options)`, then SIGCHLD back to its default, and SIGTERM stops the driver as
+    Ctrl-C does.
 
     With RAY_SUBREAPER_ENV set (the local Ray sets it, and every child process inherits it),
     Ray's core worker ignores SIGCHLD in each process it starts in, drivers included, so that
@@ -37,6 +38,19 @@ def init_ray(**options: Any) -> None:
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         _start_reaper()
+        interrupt_on_sigterm()
+
+
+def interrupt_on_sigterm() -> None:
+    """SIGTERM (`kill`, `docker stop`, `ray job stop`) raises KeyboardInterrupt in the main
+    thread, so a driver's finally blocks end what it started (its app, its Ray) and a job
+    records what finished. Ray's own handler, which every ray.init() puts in, aborts the process
+    with nothing cleaned up. Call it again after anything that calls ray.init() itself."""
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, interrupt)
 
 
 def reap_adopted() -> list[int]:

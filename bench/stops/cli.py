@@ -20,7 +20,7 @@ from bench import machine
 from bench.cli_common import add_app_args, add_output_args, app_config, command_line, fail, shown_path
 from bench.result_files import write_json
 from bench.stops.kinds import LAUNCHERS, STOPS
-from bench.stops.measure import Setup, StopResult, measure
+from bench.stops.measure import SETTLE_S, Setup, StopResult, measure
 from core.config import ConfigError
 from serve_app.launcher import stop_bound_s
 
@@ -110,18 +110,20 @@ def bench_stops(args: argparse.Namespace) -> int:
 def markdown(result: dict) -> str:
     lines = [f"# Stops: {result['machine']}", "", f"`{result['command']}`", "",
              f"{result['streams']} streams of {result['max_tokens']} tokens in flight at each stop; processes "
-             "left: of the command's session, 30 s after it ended.", "",
+             f"left: of the command's session, {SETTLE_S:g} s after it ended; all gone: seconds from the stop "
+             "until the session's last process ended.", "",
              "| launcher | stop | exit s | status | in flight: answered / refused / closed / hung | processes left "
-             "| port free | next start ready s |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| all gone s | port free | next start ready s |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for row in result["stops"]:
         flight = row["in_flight"]
         counts = " / ".join(str(flight.get(k, 0)) for k in ("answered", "refused", "closed", "hung")) if flight else "-"
         left = ", ".join(row["left"]) if row["left"] else "0"
         lines.append(f"| {row['launcher']} | {row['stop']} | {_shown(row['exit_s'])} | {_shown(row['exit_code'])} "
-                     f"| {counts} | {left} | {_shown(row['port_free'])} | {_shown(row['next_ready_s'])} |")
+                     f"| {counts} | {left} | {_shown(row['gone_s'])} | {_shown(row['port_free'])} "
+                     f"| {_shown(row['next_ready_s'])} |")
         if row["error"]:
-            lines.append(f"|  | error: {row['error']} |  |  |  |  |  |  |")
+            lines.append(f"|  | error: {row['error']} |  |  |  |  |  |  |  |")
     return "\n".join(lines) + "\n"
 
 

@@ -17,8 +17,10 @@ from bench.stops.in_flight import StreamsInFlight
 from bench.stops.kinds import Stop
 from bench.stops.session import TerminalSession
 
-# Beyond the command's exit: Ray's subreaper kills a dead worker's children within 10 s.
-SETTLE_S = 30.0
+# Beyond the command's exit. Ray's subreaper kills a dead worker's children within 10 s; after
+# a SIGKILL that left no one to stop Ray, its dashboard and runtime-env agents see their raylet
+# gone within 2 s and then try to flush their logs to the dead GCS for up to a minute.
+SETTLE_S = 120.0
 FIRST_TOKEN_WITHIN_S = 120.0
 
 

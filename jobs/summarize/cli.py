@@ -75,11 +75,11 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("jobs").setLevel(logging.INFO)
     from jobs.summarize.job import run
-    from jobs.summarize.ray_session import stop_on_sigterm
+    from serve_app.ray_driver import interrupt_on_sigterm
 
     try:
         config = load_config(args)
-        stop_on_sigterm()
+        interrupt_on_sigterm()
         report = run(config, api_key=args.api_key)
     except (AppUnavailable, ConfigError, InputError, OutputFormatError, StorageError) as error:
         print(f"summarize: {error}", file=sys.stderr)

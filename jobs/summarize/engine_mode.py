@@ -198,7 +198,7 @@ def ray_pass(config: SummarizeConfig, model_source: str, plan: ChunkPlan) -> Run
     import ray
     from ray.data.llm import build_processor
 
-    from jobs.summarize.ray_session import stop_on_sigterm
+    from serve_app.ray_driver import interrupt_on_sigterm
 
     prompts, sampling = Prompts.from_config(config.prompt), {
         "max_tokens": config.prompt.max_tokens, "temperature": config.prompt.temperature}
@@ -223,7 +223,7 @@ def ray_pass(config: SummarizeConfig, model_source: str, plan: ChunkPlan) -> Run
         processor = build_processor(processor_config(config, model_source), preprocess=preprocess,
                                     postprocess=postprocess, preprocess_map_kwargs=stage_cpus,
                                     postprocess_map_kwargs=stage_cpus)
-        stop_on_sigterm()  # build_processor calls ray.init(), which replaces the job's handler
+        interrupt_on_sigterm()  # build_processor calls ray.init(), which replaces the job's handler
         for batch in processor(dataset).iter_batches(batch_format="pyarrow", batch_size=None):
             yield batch.to_pylist()
 

@@ -1,12 +1,11 @@
-"""The job's Ray: join the cluster or start one, keep Ray Data quiet beside the progress bar,
-stop gracefully on SIGTERM, and shut down what the job started."""
+"""The job's Ray: join the cluster or start one (SIGTERM, as `ray job stop` sends it, then stops
+the job as Ctrl-C does: serve_app.ray_driver), keep Ray Data quiet beside the progress bar, and
+shut down what the job started."""
 
 from __future__ import annotations
 
 import logging
 import os
-import signal
-import threading
 
 import ray
 
@@ -28,18 +27,7 @@ def ensure_ray() -> bool:
     else:
         init_ray(num_cpus=max(LOCAL_RAY_MIN_CPUS, os.cpu_count() or 1), include_dashboard=False,
                  log_to_driver=False)
-    stop_on_sigterm()  # again: every ray.init() call puts in a handler of its own that exits on the spot
     return not os.environ.get("RAY_ADDRESS")
-
-
-def stop_on_sigterm() -> None:
-    """`ray job stop` sends SIGTERM: stop as Ctrl-C does, so the run records what finished and
-    prints its report."""
-    def stop(signum, frame):
-        raise KeyboardInterrupt
-
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, stop)
 
 
 def quiet_ray_data() -> None:

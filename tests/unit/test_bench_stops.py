@@ -69,7 +69,8 @@ def test_launchers():
 
 def test_a_stop_is_clean_only_when_nothing_is_left_and_the_next_start_served():
     done = StopResult(stop="ctrl-c", launcher="serve", what="", exit_s=3.0, exit_code=0,
-                      in_flight={"answered": 4, "refused": 0, "closed": 0, "hung": 0}, port_free=True, next_ready_s=60.0)
+                      in_flight={"answered": 4, "refused": 0, "closed": 0, "hung": 0}, gone_s=5.0, port_free=True,
+                      next_ready_s=60.0)
     assert done.clean()
     assert not StopResult(**{**done.__dict__, "left": ["VLLM::EngineCore (12)"]}).clean()
     assert not StopResult(**{**done.__dict__, "port_free": False}).clean()
@@ -78,4 +79,4 @@ def test_a_stop_is_clean_only_when_nothing_is_left_and_the_next_start_served():
     assert not StopResult(**{**done.__dict__, "exit_s": None}).clean()
     table = markdown({"machine": "m", "command": "c", "streams": 4, "max_tokens": 256,
                       "stops": [{**done.__dict__, "left": ["haproxy (7)"], "error": None}]})
-    assert "| serve | ctrl-c | 3.0 | 0 | 4 / 0 / 0 / 0 | haproxy (7) | True | 60.0 |" in table
+    assert "| serve | ctrl-c | 3.0 | 0 | 4 / 0 / 0 / 0 | haproxy (7) | 5.0 | True | 60.0 |" in table
