@@ -135,8 +135,13 @@ def deploy_unless_stopped(
 def undeploy(config: TrilemmaConfig) -> None:
     """Deletes the app and waits for its replicas to stop; engines that outlive them are killed.
     After a deploy refused before Ray or Serve started there is nothing to delete, and the
-    refusal is what the caller sees (serve.delete would start a Ray of its own to look)."""
+    refusal is what the caller sees (serve.delete would start a Ray of its own to look); after
+    the local Ray ended beneath the caller (a signal to its process group, `ray stop`) the app
+    ended with it, and serve.delete would wait a minute for a GCS that is gone."""
     if not ray.is_initialized():
+        return
+    if local_cluster_ended():
+        reap_orphaned_engines()
         return
     try:
         serve.delete(config.app_name, _blocking=True)

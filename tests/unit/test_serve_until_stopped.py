@@ -74,3 +74,14 @@ def test_a_deploy_refused_before_ray_started_is_what_the_caller_sees(monkeypatch
     with pytest.raises(ConfigError, match="no HAProxy binary"):
         with launcher.deployed(config_for_tests()):
             pass
+
+
+def test_an_app_whose_ray_ended_beneath_it_is_not_deleted(monkeypatch):
+    # serve.delete would wait a minute for the GCS that ended with the rest.
+    monkeypatch.setattr(launcher.ray, "is_initialized", lambda: True)
+    monkeypatch.setattr(launcher, "local_cluster_ended", lambda: True)
+    monkeypatch.setattr(launcher.serve, "delete", lambda *a, **k: pytest.fail("waits for a GCS that is gone"))
+    reaped = []
+    monkeypatch.setattr(launcher, "reap_orphaned_engines", lambda: reaped.append(True) or [])
+    launcher.undeploy(config_for_tests())
+    assert reaped
