@@ -140,13 +140,7 @@ def undeploy(config: TrilemmaConfig) -> None:
     ended with it, and serve.delete would wait a minute for a GCS that is gone."""
     if not ray.is_initialized():
         return
-    if local_cluster_ended():
-        reap_orphaned_engines()
-        return
-    try:
-        serve.delete(config.app_name, _blocking=True)
-    except RayServeException:  # no Serve instance on this cluster: nothing was deployed
-        pass
+    delete_app(config, bound_s=None)
     reap_orphaned_engines()
 
 
@@ -236,22 +230,35 @@ def drain(config: TrilemmaConfig) -> bool:
     True when the app was gone within the longest drain timeout (plus a margin)."""
     bound = drain_bound_s(config)
     logger.info("draining %s: requests in flight may take up to %.0f s", config.app_name, bound)
-    deleting = threading.Thread(
-        target=serve.delete, args=(config.app_name,), kwargs={"_blocking": True}, daemon=True
-    )
+    outcome = delete_app(config, bound + DRAIN_MARGIN_S)
+    if outcome == "cluster ended":
+        logger.warning("the Ray cluster ended while %s drained: requests in flight there have ended with it",
+                       config.app_name)
+    elif outcome == "timed out":
+        logger.warning("%s did not drain within %.0f s; stopping it anyway", config.app_name, bound + DRAIN_MARGIN_S)
+    else:
+        logger.info("%s drained", config.app_name)
+    return outcome == "deleted"
+
+
+def delete_app(config: TrilemmaConfig, bound_s: float | None) -> str:
+    """serve.delete of the app, waited for until it is done ("deleted"), `bound_s` has passed
+    ("timed out"), or the local Ray ends beneath it ("cluster ended": serve.delete would then
+    wait a minute for the GCS that ended with the rest)."""
+    def delete() -> None:
+        try:
+            serve.delete(config.app_name, _blocking=True)
+        except RayServeException:  # no Serve instance on this cluster: nothing was deployed
+            pass
+
+    deleting = threading.Thread(target=delete, name="delete-app", daemon=True)
     deleting.start()
-    deadline = time.monotonic() + bound + DRAIN_MARGIN_S
-    while deleting.is_alive() and time.monotonic() < deadline:
+    deadline = None if bound_s is None else time.monotonic() + bound_s
+    while deleting.is_alive() and (deadline is None or time.monotonic() < deadline):
         deleting.join(CLUSTER_WATCH_S)
         if local_cluster_ended():
-            logger.warning("the Ray cluster ended while %s drained: requests in flight there have ended with it",
-                           config.app_name)
-            return False
-    if deleting.is_alive():
-        logger.warning("%s did not drain within %.0f s; stopping it anyway", config.app_name, bound + DRAIN_MARGIN_S)
-        return False
-    logger.info("%s drained", config.app_name)
-    return True
+            return "cluster ended"
+    return "timed out" if deleting.is_alive() else "deleted"
 
 
 def shutdown_local_ray() -> None:
