@@ -8,6 +8,7 @@ Ray ends a stopped job's actors; the engine core each actor started dies with it
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -19,6 +20,9 @@ import pytest
 pytestmark = pytest.mark.stops
 
 RAY = str(Path(sys.executable).parent / "ray")
+# A cluster of this test's own: Ray 2.60 turns token authentication on wherever a token file
+# exists (~/.ray/auth_token), and its job CLI would then need that token too.
+ENV = {**os.environ, "RAY_AUTH_MODE": "disabled"}
 DASHBOARD = "http://127.0.0.1:8265"
 ENGINE_UP_WITHIN_S = 600.0
 SETTLE_S = 60.0
@@ -38,14 +42,16 @@ def engines() -> list[psutil.Process]:
 @pytest.fixture
 def ray_head():
     subprocess.run([RAY, "start", "--head", "--num-cpus", "4", "--include-dashboard", "true",
-                    "--dashboard-port", "8265", "--disable-usage-stats"], check=True, capture_output=True, timeout=120)
+                    "--dashboard-port", "8265", "--disable-usage-stats"], check=True, capture_output=True, timeout=120,
+                   env=ENV)
     yield
-    subprocess.run([RAY, "stop", "--force"], capture_output=True, timeout=120)
+    subprocess.run([RAY, "stop", "--force"], capture_output=True, timeout=120, env=ENV)
 
 
 def ray_job(*args: str, timeout_s: float = 120) -> str:
     done = subprocess.run([RAY, "job", *args, "--address", DASHBOARD], capture_output=True, text=True,
-                          timeout=timeout_s)
+                          timeout=timeout_s, env=ENV)
+    assert done.returncode == 0, f"ray job {' '.join(args)}: {done.stdout}{done.stderr}"
     return done.stdout + done.stderr
 
 
