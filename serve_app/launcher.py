@@ -34,6 +34,8 @@ DRAIN_MARGIN_S = 15.0
 SHUTDOWN_BOUND_S = 60.0
 # How often a serving process looks whether the Ray it started is still there.
 CLUSTER_WATCH_S = 1.0
+# A signal to the process group reaches Ray's daemons and this process together: a cluster
+# that ended this long before the signal arrived still ended by a stop that was asked for.
 SIGNAL_GRACE_S = 1.0
 
 
