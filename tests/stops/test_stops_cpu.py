@@ -17,7 +17,7 @@ import pytest
 from bench.stops.cli import EXIT_MARGIN_S, launch_argv
 from bench.stops.kinds import STOPS
 from bench.stops.measure import Setup, StopResult, measure
-from core.config import load_config
+from core.config import TrilemmaConfig
 from serve_app.launcher import stop_bound_s
 
 pytestmark = pytest.mark.stops
@@ -39,7 +39,7 @@ CASES = [("serve", name) for name in STOPS] + [("make", "ctrl-c"), ("make", "sig
 
 @pytest.fixture(scope="module")
 def setup() -> Setup:
-    config = load_config(CONFIG)
+    config = TrilemmaConfig.from_yaml(CONFIG)
     return Setup(url=f"http://127.0.0.1:{config.http.port}", host="127.0.0.1", port=config.http.port,
                  model=config.model.name, ready_timeout_s=READY_TIMEOUT_S,
                  exit_bound_s=stop_bound_s(config) + EXIT_MARGIN_S, streams=STREAMS, max_tokens=MAX_TOKENS)
