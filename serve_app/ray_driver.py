@@ -86,7 +86,6 @@ def _start_reaper() -> None:
     threading.Thread(target=reap_forever, name="reap-adopted", daemon=True).start()
 
 
-
 def local_cluster_ended() -> bool:
     """Whether the Ray this process started has lost its raylet or its GCS: `ray stop`, or a
     signal to the whole process group that Ray's daemons got too. Nothing of the app can be

@@ -114,4 +114,3 @@ def _take_environment(environ: dict[str, str]) -> None:
     for name, value in environ.items():
         if os.environ.get(name) != value:
             os.environ[name] = value
-
