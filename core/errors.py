@@ -10,14 +10,24 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException  # FastAPI's subclasses it; unknown paths raise this one
 from starlette.responses import JSONResponse
 
+# An error's `type` as plain vLLM writes it (the class names of OpenAI's client, which vLLM
+# uses), so that clients moved from `vllm serve` tell errors apart as before; statuses vLLM
+# never answers get names in the same style. `code` keeps the app's own name of the condition
+# (docs/api.md, "Errors").
 _TYPE_BY_STATUS = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    404: "not_found_error",
-    408: "timeout_error",
-    429: "rate_limit_error",
-    502: "upstream_error",
-    503: "service_unavailable_error",
+    400: "BadRequestError",
+    401: "AuthenticationError",
+    403: "PermissionDeniedError",
+    404: "NotFoundError",
+    408: "RequestTimeoutError",
+    413: "RequestTooLargeError",
+    422: "UnprocessableEntityError",
+    429: "RateLimitError",
+    500: "InternalServerError",
+    501: "NotImplementedError",
+    502: "BadGatewayError",
+    503: "ServiceUnavailableError",
+    504: "GatewayTimeoutError",
 }
 
 
@@ -29,9 +39,10 @@ class ApiError(Exception):
         status: int,
         message: str,
         *,
-        code: str | None = None,
+        code: str | int | None = None,
         param: str | None = None,
         headers: dict[str, str] | None = None,
+        error_type: str | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
@@ -39,26 +50,34 @@ class ApiError(Exception):
         self.code = code
         self.param = param
         self.headers = headers or {}
+        self.error_type = error_type
 
     def to_response(self) -> JSONResponse:
         return JSONResponse(
             status_code=self.status,
-            content=error_body(self.status, self.message, code=self.code, param=self.param),
+            content=error_body(self.status, self.message, code=self.code, param=self.param,
+                               error_type=self.error_type),
             headers=self.headers,
         )
 
 
 def error_body(
-    status: int, message: str, *, code: str | None = None, param: str | None = None
+    status: int, message: str, *, code: str | int | None = None, param: str | None = None, error_type: str | None = None,
 ) -> dict[str, Any]:
+    """`error_type`, where given, in place of the status's type (see _TYPE_BY_STATUS)."""
     return {
         "error": {
             "message": message,
-            "type": _TYPE_BY_STATUS.get(status, "server_error" if status >= 500 else "invalid_request_error"),
+            "type": error_type or _TYPE_BY_STATUS.get(status, "InternalServerError" if status >= 500 else "BadRequestError"),
             "param": param,
             "code": code,
         }
     }
+
+
+# vLLM's `type` for a body it could not parse or that fails its schema: the status's phrase,
+# where its own checks of a parsed request say BadRequestError.
+BODY_ERROR_TYPE = "Bad Request"
 
 
 def validation_error(error: RequestValidationError | Exception) -> ApiError:
@@ -70,11 +89,12 @@ def validation_error(error: RequestValidationError | Exception) -> ApiError:
         try:
             json.loads(raw_body)
         except ValueError as decode_error:
-            return ApiError(400, f"malformed JSON body: {decode_error}", code="invalid_json")
+            return ApiError(400, f"malformed JSON body: {decode_error}", code="invalid_json",
+                            error_type=BODY_ERROR_TYPE)
     if any(issue.get("type") == "json_invalid" for issue in issues):
         detail = next(issue for issue in issues if issue.get("type") == "json_invalid")
         reason = (detail.get("ctx") or {}).get("error", "invalid JSON")
-        return ApiError(400, f"malformed JSON body: {reason}", code="invalid_json")
+        return ApiError(400, f"malformed JSON body: {reason}", code="invalid_json", error_type=BODY_ERROR_TYPE)
     parts = []
     for issue in issues[:5]:
         location = ".".join(str(p) for p in issue.get("loc", ()) if p != "body") or "body"
@@ -85,6 +105,7 @@ def validation_error(error: RequestValidationError | Exception) -> ApiError:
         "invalid request: " + ("; ".join(parts) or str(error)),
         code="invalid_request",
         param=first_param or None,
+        error_type=BODY_ERROR_TYPE,
     )
 
 

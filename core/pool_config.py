@@ -279,3 +279,14 @@ class PoolConfig(StrictModel):
     @property
     def uses_priority_scheduling(self) -> bool:
         return self.engine_kwargs.get("scheduling_policy") == "priority"
+
+    @property
+    def embeds(self) -> bool:
+        return engine_embeds(self.engine_kwargs)
+
+
+def engine_embeds(engine_kwargs: dict[str, Any]) -> bool:
+    """Whether an engine runs its model for embeddings (vLLM's pooling runner, or a generative
+    model converted to embed), so that it answers /v1/embeddings and not chat or completions."""
+    return engine_kwargs.get("runner") == "pooling" or engine_kwargs.get("convert") == "embed" \
+        or engine_kwargs.get("task") in ("embed", "embedding")

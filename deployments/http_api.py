@@ -23,6 +23,13 @@ ROUTER_ENDPOINTS = {
     "scenario_completions": lambda app: app.post("/api/{scenario}/completions"),
     "scenario_models": lambda app: app.get("/api/{scenario}/models", response_model=ModelList),
     "pool_activity": lambda app: app.get(wire.POOLS_PATH),
+    # What plain `vllm serve` answers beside the OpenAI paths (deployments.server_endpoints).
+    "server_health": lambda app: app.get("/health"),
+    "server_version": lambda app: app.get("/version"),
+    "server_metrics": lambda app: app.get("/metrics"),
+    "tokenize": lambda app: app.post("/tokenize"),
+    "detokenize": lambda app: app.post("/detokenize"),
+    "embeddings": lambda app: app.post("/v1/embeddings"),
 }
 
 

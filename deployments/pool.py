@@ -22,8 +22,15 @@ from ray.serve.llm.deployment import LLMServer  # Ray 2.58 warns on the `ray.ser
 
 from autoscaling.control_board import RayControlBoard, concurrency_key, replica_start_key
 from core.config import AdmissionConfig, IdleSleepConfig, StreamBatchingConfig
+from core.pool_config import engine_embeds
 from core.price_catalog import ReplicaRate
-from core.upstream import ChatCompletionRequest, CompletionRequest, get_logger, report_llm_usage
+from core.upstream import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    EmbeddingCompletionRequest,
+    get_logger,
+    report_llm_usage,
+)
 from core.wire import ReplicaStats
 from deployments.engine_stat_loggers import EngineStageTimes, KvCacheProbe, attach
 from deployments.pool_engine import PoolEngine
@@ -338,6 +345,10 @@ class PoolServer(LLMServer):
 
     async def _warm_up(self) -> None:
         model = self._llm_config.model_id
+        if engine_embeds(self._llm_config.engine_kwargs):  # an embedding engine has no chat
+            async for _ in self.engine.embeddings(EmbeddingCompletionRequest(model=model, input="Hello!"), None):
+                pass
+            return
         chat = ChatCompletionRequest(
             model=model, messages=[{"role": "user", "content": "Hello!"}], max_tokens=4, stream=True
         )

@@ -48,6 +48,13 @@ class PoolEngine(VLLMEngine):
             engine_args.distributed_executor_backend = IN_ENGINE_CORE
         return engine_args, frontend_args, vllm_config
 
+    async def start(self) -> None:
+        await super().start()
+        # Ray 2.60 looks for vLLM's tokenizer endpoints under their name before vLLM 0.29
+        # (`openai_serving_tokenization`), so /tokenize and /detokenize answered "not supported".
+        if self._oai_serving_tokenization is None:
+            self._oai_serving_tokenization = getattr(self._app_state, "serving_tokenization", None)
+
     def _start_async_llm_engine(self, engine_args: Any, vllm_config: Any, placement_group: Any) -> Any:
         # The engine core's process starts in here: bound to the replica, and forked where the
         # replica runs a forkserver (serving.engine_preload says why). vLLM's NUMA binding wraps

@@ -21,16 +21,20 @@ from core.upstream import (
     NON_STREAMING_RESPONSE_TYPES,
     ChatCompletionRequest,
     CompletionRequest,
+    DetokenizeRequest,
+    EmbeddingRequest,
     ErrorResponse,
     ModelCard,
     ModelList,
     OpenAiIngress,
+    TokenizeRequest,
     get_logger,
 )
 from deployments.accounting import Accounting
 from deployments.pool_client import PoolClient, PoolFailed
 from deployments.pool_deployment import deployment_name
 from deployments.pool_watch import PoolWatch
+from deployments.server_endpoints import ServerEndpoints
 from deployments.stream_relay import relay
 from serving.cost_profile import CostProfileWatch, apply_cost_profile
 from serving.routing_threshold import threshold_watch
@@ -105,6 +109,7 @@ class TrilemmaRouter(OpenAiIngress):
         self._pool_watch = PoolWatch(
             config.app_name, {name: deployment_name(name) for name in pools}, self._health, RayControlBoard()
         )
+        self._server = ServerEndpoints(config, self._models, self._health, self._pool_client)
 
     # HTTP endpoints (paths in deployments.http_api).
 
@@ -148,6 +153,33 @@ class TrilemmaRouter(OpenAiIngress):
         allowed = self._models.allowed(self._scenario(scenario, from_path=True))
         every = await self.models()
         return ModelList(data=[card for card in every.data if card.id in allowed])
+
+    async def server_health(self) -> Response:
+        """`GET /health`: 200 while a pool can serve (vLLM's health check, for load balancers)."""
+        self._pool_watch.start()
+        return self._server.health()
+
+    async def server_version(self) -> dict[str, str]:
+        return self._server.version()
+
+    async def server_metrics(self) -> Response:
+        """`GET /metrics` on the serving port, as `vllm serve` has it: this node's metrics."""
+        return await self._server.metrics()
+
+    async def tokenize(self, body: TokenizeRequest, request: Request) -> Response:
+        self._pool_watch.start()
+        return await self._server.through_pool("tokenize", body, request)
+
+    async def detokenize(self, body: DetokenizeRequest, request: Request) -> Response:
+        self._pool_watch.start()
+        return await self._server.through_pool("detokenize", body, request)
+
+    async def embeddings(self, body: EmbeddingRequest, request: Request) -> Response:
+        """`POST /v1/embeddings`: a tenant's request like any under /v1; the pool's engine embeds,
+        or refuses as plain vLLM does for a model that does not embed."""
+        self._pool_watch.start()
+        self._accounting.authenticate(request.headers.get("authorization"))
+        return await self._server.through_pool("embeddings", body, request)
 
     async def pool_activity(self) -> dict[str, Any]:
         """`GET /trilemma/pools`: every replica's engine busy clock and each pool's price.
@@ -378,7 +410,9 @@ class TrilemmaRouter(OpenAiIngress):
             status = int(first_chunk.error.code or 500)
             if status >= 500:
                 raise ApiError(502, f"llm request failed: {first_chunk.error.message}", code="llm_request_failed")
-            raise ApiError(status, first_chunk.error.message, code=first_chunk.error.type)
+            # As vLLM wrote it: its type, param and code (the status again), as docs/api.md says.
+            raise ApiError(status, first_chunk.error.message, code=first_chunk.error.code,
+                           param=first_chunk.error.param, error_type=first_chunk.error.type)
         if isinstance(first_chunk, NON_STREAMING_RESPONSE_TYPES):
             content = first_chunk.model_dump()
             usage = content.get("usage") or {}

@@ -64,7 +64,7 @@ async def test_saturation_sheds_batch_with_retry_after_and_never_real_time(admis
     refusals = [response for _, response in results if response.status_code == 429]
     for response in refusals:
         error = response.json()["error"]
-        assert error["code"] == "pool_overloaded" and error["type"] == "rate_limit_error"
+        assert error["code"] == "pool_overloaded" and error["type"] == "RateLimitError"
         assert int(response.headers["retry-after"]) >= 1
         assert response.headers["x-trilemma-pool"] == "short"
     evicted, shed = (response.json()["error"]["message"] for response in refusals)  # in arrival order

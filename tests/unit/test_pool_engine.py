@@ -96,4 +96,23 @@ def test_the_names_the_engine_start_relies_on_are_where_vllm_and_ray_use_them():
     starts_engine_core = CoreEngineProcManager.__init__
     assert "get_mp_context" in starts_engine_core.__code__.co_names
     assert starts_engine_core.__globals__ is vars(engine_utils)
-    assert {"_prepare_engine_config", "_start_async_llm_engine"} <= set(PoolEngine.start.__code__.co_names)
+    from core.upstream import VLLMEngine
+
+    assert {"_prepare_engine_config", "_start_async_llm_engine"} <= set(VLLMEngine.start.__code__.co_names)
+
+
+def test_the_tokenizer_endpoints_are_found_under_vllms_name_for_them(engine, monkeypatch):
+    """Ray looks for them under the name before vLLM 0.29; /tokenize then said "not supported"."""
+    import asyncio
+
+    from core.upstream import VLLMEngine
+
+    tokenization = object()
+
+    async def started(self) -> None:
+        self._app_state = SimpleNamespace(serving_tokenization=tokenization)
+        self._oai_serving_tokenization = None
+
+    monkeypatch.setattr(VLLMEngine, "start", started)
+    asyncio.run(engine.start())
+    assert engine._oai_serving_tokenization is tokenization
