@@ -34,9 +34,9 @@ _OPENAI_MODELS = f"{_RAY_LLM}.core.configs.openai_api_models"
 _PRIVATE: dict[str, tuple[str | tuple[str, ...], str]] = {
     **{name: (_OPENAI_MODELS, name) for name in (
         "ChatCompletionRequest", "ChatCompletionResponse", "ChatCompletionStreamResponse", "CompletionRequest",
-        "CompletionResponse", "CompletionStreamResponse", "DetokenizeRequest", "EmbeddingCompletionRequest",
-        "EmbeddingRequest", "ErrorResponse", "ModelCard", "ModelList", "OpenAIHTTPException", "TokenizeRequest",
-        "to_model_metadata")},
+        "CompletionResponse", "CompletionStreamResponse", "DetokenizeRequest", "DetokenizeResponse",
+        "EmbeddingCompletionRequest", "EmbeddingRequest", "ErrorResponse", "ModelCard", "ModelList",
+        "OpenAIHTTPException", "TokenizeRequest", "TokenizeResponse", "to_model_metadata")},
     "LLMEngine": (f"{_RAY_LLM}.core.engine.protocol", "LLMEngine"),
     "VLLMEngine": (f"{_RAY_LLM}.engines.vllm.vllm_engine", "VLLMEngine"),
     "OpenAiIngress": (f"{_RAY_LLM}.core.ingress.ingress", "OpenAiIngress"),

@@ -17,7 +17,7 @@ from starlette.responses import JSONResponse, Response
 
 from core.config import TrilemmaConfig
 from core.errors import ApiError
-from core.upstream import ErrorResponse, RawRequestInfo, router_request_timeout
+from core.upstream import ErrorResponse, RawRequestInfo, router_request_timeout, sanitize_chat_completion_request
 from deployments.pool_client import PoolClient
 from serving.model_choice import ModelChoice
 from serving.pool_health import PoolHealth
@@ -84,15 +84,29 @@ class ServerEndpoints:
             outage = self._health.outage(serving[0])
             raise ApiError(503, outage.describe(), code="pool_unavailable",
                            headers={"Retry-After": str(outage.retry_after_s)})
+        if getattr(body, "messages", None) is not None:
+            # As the chat path does: a message's content parsed as an iterable cannot be pickled
+            # for the pool (pydantic's ValidatorIterator); made a list.
+            body = sanitize_chat_completion_request(body)
         call = getattr(self._pools.handle(pool), method).remote(body, RawRequestInfo.from_starlette_request(request))
+        answer = None
         async with router_request_timeout(self._config.router.request_timeout_s):
             async for answer in call:
                 break
-        if isinstance(answer, list):  # a batch of one, where the pool batches its output
-            answer = answer[0]
-        if isinstance(answer, ErrorResponse):
-            return JSONResponse(status_code=answer.error.code, content=answer.model_dump())
-        return JSONResponse(content=answer.model_dump())
+        return answer_of_pool(pool, method, answer)
+
+
+def answer_of_pool(pool: str, method: str, answer: Any) -> Response:
+    """A pool's answer as the client gets it: the engine's own error as it wrote it; 501 naming
+    the pool where its engine has no such method (Ray's engine protocol then answers nothing)."""
+    if isinstance(answer, list):  # a batch of one, where the pool batches its output
+        answer = answer[0] if answer else None
+    if isinstance(answer, ErrorResponse):
+        return JSONResponse(status_code=answer.error.code, content=answer.model_dump())
+    if answer is None or not hasattr(answer, "model_dump"):
+        raise ApiError(501, f"pool {pool!r} cannot answer {method}: its engine gave no answer ({answer!r})",
+                       code="not_implemented")
+    return JSONResponse(content=answer.model_dump())
 
 
 def _this_nodes_metrics_url() -> str:

@@ -38,7 +38,9 @@ from core.upstream import (
     CompletionResponseStreamChoice,
     CompletionStreamResponse,
     DeltaMessage,
+    DetokenizeResponse,
     LLMEngine,
+    TokenizeResponse,
     UsageInfo,
 )
 
@@ -165,6 +167,18 @@ class FakeEngine(LLMEngine):
 
     async def embeddings(self, request, raw_request_info=None):
         raise NotImplementedError("the fake engine does not embed")
+
+    async def tokenize(self, request, raw_request_info=None):
+        """A token per word of the prompt (or of the messages' text), numbered by its length."""
+        text = getattr(request, "prompt", None)
+        if text is None:
+            text = " ".join(str(message) for message in getattr(request, "messages", None) or [])
+        tokens = [len(word) for word in str(text).split()]
+        yield TokenizeResponse(count=len(tokens), max_model_len=self._config.engine_kwargs.get("max_model_len", 0),
+                               tokens=tokens)
+
+    async def detokenize(self, request, raw_request_info=None):
+        yield DetokenizeResponse(prompt=" ".join("x" * max(0, min(token, 64)) for token in request.tokens))
 
     async def transcriptions(self, request, raw_request_info=None):
         raise NotImplementedError("the fake engine does not transcribe")

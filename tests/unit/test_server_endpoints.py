@@ -9,8 +9,8 @@ from types import SimpleNamespace
 import pytest
 
 from core.errors import ApiError
-from core.upstream import ErrorResponse
 from core.pool_config import engine_embeds
+from core.upstream import ErrorResponse
 from deployments.server_endpoints import ServerEndpoints
 from serving.model_choice import ModelChoice
 from serving.pool_health import PoolHealth
@@ -37,10 +37,13 @@ class FakePools:
                                embeddings=method("embeddings"))
 
 
-def endpoints(answer=None, config=None):
+TOKENS = SimpleNamespace(model_dump=lambda: {"count": 2})  # what an engine's tokenizer answers
+
+
+def endpoints(answer=TOKENS, config=None):
     config = config or config_for_tests()
     health = PoolHealth(config.pools)
-    pools = FakePools(answer if answer is not None else SimpleNamespace(model_dump=lambda: {"count": 2}))
+    pools = FakePools(answer)
     return ServerEndpoints(config, ModelChoice(config), health, pools), health, pools
 
 
@@ -88,6 +91,14 @@ async def test_an_engines_error_passes_through_as_vllm_wrote_it():
     server, _, _ = endpoints(answer=error)
     response = await server.through_pool("tokenize", SimpleNamespace(model=None), REQUEST)
     assert response.status_code == 400 and json.loads(response.body)["error"]["type"] == "BadRequestError"
+
+
+@pytest.mark.parametrize("answer", [None, [], "not a model"])
+async def test_an_engine_that_answers_nothing_is_a_501_naming_the_pool_not_a_crash(answer):
+    server, _, _ = endpoints(answer=answer)
+    with pytest.raises(ApiError) as refused:
+        await server.through_pool("tokenize", SimpleNamespace(model=None), REQUEST)
+    assert refused.value.status == 501 and "cannot answer tokenize" in refused.value.message
 
 
 async def test_an_unknown_model_is_404_before_any_pool_is_called():
