@@ -60,10 +60,15 @@ def test_a_stop_leaves_nothing_and_the_port_free(launcher, stop, setup, tmp_path
     log = tmp_path / "serve.log"
     result = measure(STOPS[stop], launcher, launch_argv(launcher, CONFIG, []), setup, log)
     assert_left_nothing(result, log)
-    if stop in ("sigterm-serve", "sigterm-group", "ctrl-c") and launcher == "serve":
+    if stop in ("sigterm-serve", "ctrl-c") and launcher == "serve":
         # Stops that let the app drain: the streams in flight are answered in full, and the
         # command reports a clean stop.
         assert result.in_flight["answered"] == STREAMS, result
+        assert result.exit_code == 0, result
+    if stop == "sigterm-group" and launcher == "serve":
+        # The signal reaches Ray's daemons as it reaches the app: whether the replicas end before
+        # their streams are done varies between starts (docs/faults.md, "Stops"), so a stream is
+        # answered or closed cleanly (assert_left_nothing), and the stop is still one asked for.
         assert result.exit_code == 0, result
 
 
