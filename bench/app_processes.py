@@ -1,13 +1,13 @@
 """The processes of an app on this machine, found by the titles Ray gives them
 (`ray::ServeReplica:<app>:<deployment>`, `ray::ServeController`), Ray's own daemons by name,
-vLLM's engines by theirs and a replica's forkserver by its command (serving/engine_processes.py).
+vLLM's engines by theirs and a replica's forkserver by its command (engine/processes.py).
 The chaos benchmark kills them; the soak watches their memory."""
 
 from __future__ import annotations
 
 import psutil
 
-from serving.engine_processes import ENGINE_PREFIX, RAY_DAEMONS, is_forkserver
+from engine.processes import ENGINE_PREFIX, RAY_DAEMONS, is_forkserver
 
 
 def replica_processes(app: str, deployment: str) -> list[psutil.Process]:
@@ -22,7 +22,7 @@ def ray_processes() -> list[psutil.Process]:
 
 def serving_processes() -> list[psutil.Process]:
     """Everything that serves: Ray's daemons, workers and actors, the engines and the replicas'
-    forkservers (serving/engine_preload.py)."""
+    forkservers (engine/preload.py)."""
     return [p for p in psutil.process_iter(["name", "cmdline"])
             if name_of(p) in RAY_DAEMONS or name_of(p).startswith(ENGINE_PREFIX) or "ray::" in title_of(p)
             or is_forkserver(p)]

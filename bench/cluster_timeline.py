@@ -62,8 +62,9 @@ def planned_worker_types(plan: ClusterPlan) -> dict[str, dict[str, Any]]:
 
 def pool_deployment_options(config: TrilemmaConfig, pool: str) -> dict[str, Any]:
     """The placement group Ray Serve LLM gives this pool's replica (needs a connected Ray)."""
-    from deployments.pool import PoolServer
-    from deployments.pool_deployment import deployment_name, llm_config_for_pool
+    from core.wire import deployment_name
+    from pool.deployment import llm_config_for_pool
+    from pool.replica import PoolServer
 
     llm_config = llm_config_for_pool(pool, config.pools[pool], config.pool_model(pool), "stand-in")
     options = PoolServer.get_deployment_options(llm_config)
@@ -126,7 +127,7 @@ class Recorder:
 def _observe(pools: list[str]) -> dict[str, Any]:
     from ray import serve
 
-    from deployments.pool_deployment import deployment_name
+    from core.wire import deployment_name
 
     report = autoscaler_report()
     nodes = {name: count for name, count in (report.get("active_nodes") or {}).items() if not name.startswith("ray.head")}

@@ -28,7 +28,7 @@ from typing import Any
 
 from bench.machine import cpu_model
 from bench.result_files import write_json
-from serving.cpu_engine import NATIVE_BF16_FLAGS, choose_cpu_dtype, read_cpu_flags
+from engine.cpu_engine import NATIVE_BF16_FLAGS, choose_cpu_dtype, read_cpu_flags
 
 RESULTS_DIR = Path("bench/results")
 VARIANTS: dict[str, dict[str, Any]] = {

@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 from core import wire
 from core.prometheus_text import EXPORT_DELAY_S, samples, scrape, total_by
-from deployments.engine_stat_loggers import FIRST_TOKEN, PREFILL, QUEUED
+from engine.stat_loggers import FIRST_TOKEN, PREFILL, QUEUED
 
 # The figure's name here: vLLM's histogram, and the app's stage. The engine TTFT is timed at the
 # first token, the others when the request finishes.

@@ -3,7 +3,7 @@ and how the tokens after it arrive.
 
 Every request asks the app for its timeline (`x-trilemma-timing: 1`); with the client's own
 send time and the first token's arrival, the time to first token splits into named hops
-(serving.request_timeline.HOPS): the proxy, the router, the call to the pool replica, its
+(contract.request_timeline.HOPS): the proxy, the router, the call to the pool replica, its
 admission queue, the engine, the replica's stream batching, the way back. The hops of one
 request add up to its time to first token, so nothing is left unnamed. Beside them: the
 gaps between the events the client receives (those with text, and all), between the items the
@@ -38,8 +38,8 @@ from bench.engine_stats import EngineStats, app_totals
 from bench.load_generator import run_load
 from bench.metrics import RequestRecord, percentile
 from bench.result_files import write_json
+from contract.request_timeline import HOPS
 from core.config import LocalRayConfig
-from serving.request_timeline import HOPS
 
 # Events that reach the client closer together than this came in one burst: held and sent
 # together somewhere on the way (each event still carries one token).

@@ -16,16 +16,23 @@ from tqdm import tqdm
 from bench.arrivals import LoadShape, poisson_arrival_times
 from bench.datasets import Prompt
 from bench.metrics import RequestRecord
-from core import wire
-from serving.request_timeline import (
-    CLIENT_FIRST_TOKEN, CLIENT_SENT, ENGINE_OUTPUTS, ROUTER_ITEMS, TIMING_KEY, gaps_s, hops_ms, item_delays_s,
+from contract.request_timeline import (
+    CLIENT_FIRST_TOKEN,
+    CLIENT_SENT,
+    ENGINE_OUTPUTS,
+    ROUTER_ITEMS,
+    TIMING_KEY,
+    gaps_s,
+    hops_ms,
+    item_delays_s,
 )
+from core import wire
 
 
 async def send_one(
     session: aiohttp.ClientSession, prompt: Prompt, model: str, run_started: float, timing: bool = False,
 ) -> RequestRecord:
-    """With `timing`, the app is asked for its hop times (serving.request_timeline), which the
+    """With `timing`, the app is asked for its hop times (contract.request_timeline), which the
     record keeps as `hops_ms`."""
     body = {
         "model": model, "messages": prompt.messages, "max_tokens": prompt.max_tokens,

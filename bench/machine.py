@@ -6,7 +6,7 @@ import os
 import platform
 from pathlib import Path
 
-from serving.cpu_engine import read_cpu_flags
+from engine.cpu_engine import read_cpu_flags
 
 
 def cpu_model() -> str:

@@ -29,7 +29,8 @@ from bench.sweep import Knob
 from core.config import TrilemmaConfig
 from core.model_store import resolve_model_source
 from core.upstream import OpenAiIngress, make_fastapi_ingress, to_model_metadata
-from deployments.pool_deployment import deployment_name, llm_config_for_pool
+from core.wire import deployment_name
+from pool.deployment import llm_config_for_pool
 from serve_app.launcher import deployed
 
 DIRECT_APP = "trilemma-direct"

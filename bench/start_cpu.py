@@ -22,7 +22,7 @@ from collections import defaultdict
 
 import psutil
 
-from serving.engine_processes import FORKSERVER_MAIN
+from engine.processes import FORKSERVER_MAIN
 
 # What a process does, by a part of its command line (Ray titles its workers `ray::<actor>` and
 # the dashboard's modules `ray-dashboard-<module>`, vLLM its engine processes `VLLM::<part>`); the
@@ -57,7 +57,7 @@ def role_of(command_line: str) -> str:
 
 def role_of_process(process: psutil.Process) -> str | None:
     """What the process does; None where there is no command line to read (an ended process's).
-    A forkserver is its parent's: a pool replica's starts its engine core (serving.engine_preload),
+    A forkserver is its parent's: a pool replica's starts its engine core (engine.preload),
     so it counts among the engine cores; Ray's dashboard has one too."""
     command_line = " ".join(process.cmdline())
     if not command_line:

@@ -42,8 +42,8 @@ from bench.start_cpu import CpuMeter
 from bench.vs_vllm import plain_vllm, pool_engine, vllm_serve_argv
 from core.config import ConfigError, TrilemmaConfig
 from core.model_store import resolve_model_source
+from engine.processes import engine_processes
 from serve_app.launcher import stop_bound_s
-from serving.engine_processes import engine_processes
 
 READY_RATIO_TARGET = 1.25
 # A start is read from `trilemma serve`'s console: Ray prefixes each process's lines with its name.

@@ -38,7 +38,7 @@ from bench.result_files import write_json
 from bench.vllm_bench_client import VllmBenchClient
 from core.config import ConfigError, TrilemmaConfig
 from core.model_store import resolve_model_source
-from serving.cpu_engine import read_cpu_flags, with_cpu_dtype
+from engine.cpu_engine import read_cpu_flags, with_cpu_dtype
 
 ARMS = ("vllm", "app")
 # Load points at or below this many in flight are judged on time, from this many on throughput.
@@ -56,7 +56,7 @@ def vllm_serve_argv(engine_kwargs: dict[str, Any], model_source: str, served_nam
 
 def pool_engine(config: TrilemmaConfig, pool: str, model_source: str) -> tuple[dict[str, Any], dict[str, str]]:
     """The pool engine's arguments and environment, as the app gives them to it."""
-    from deployments.pool_deployment import llm_config_for_pool  # Ray Serve LLM: loaded when a comparison runs
+    from pool.deployment import llm_config_for_pool  # Ray Serve LLM: loaded when a comparison runs
 
     llm_config = llm_config_for_pool(pool, config.pools[pool], config.pool_model(pool), model_source)
     engine_kwargs = dict(llm_config.engine_kwargs)

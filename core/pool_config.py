@@ -18,7 +18,7 @@ DEFAULT_QUEUE_SHARE = {0: 1.0, 1: 0.75, 2: 0.5, 3: 0.25}
 # Arrivals a replica with a full queue can decide at once; more wait at the caller.
 ARRIVAL_HEADROOM = 16
 REPLICA_ROUTERS = {
-    "least_loaded": "deployments.replica_router:LeastLoadedRouter",
+    "least_loaded": "router.replica_router:LeastLoadedRouter",
     "prefix_cache_affinity": "ray.serve.llm.request_router:PrefixCacheAffinityRouter",
 }
 

@@ -8,12 +8,12 @@ Ray Serve LLM's and vLLM's imports unless they use them. What one command needs 
 internals is imported inside the function below that uses it.
 
 Beyond imports, two places lean on Ray Serve LLM's private behaviour and are the other things
-to check on an upgrade: deployments/pool.py overrides `LLMServer._run_request`,
+to check on an upgrade: pool/replica.py overrides `LLMServer._run_request`,
 `_batch_output_stream` and `_start_engine` (`report_llm_usage` below is the rest of Ray's),
-deployments/pool_engine.py overrides `VLLMEngine._prepare_engine_config` and
+engine/pool_engine.py overrides `VLLMEngine._prepare_engine_config` and
 `_start_async_llm_engine` and, while the latter runs, swaps vLLM's
-`vllm.v1.engine.utils.get_mp_context` (tests/unit/test_pool_engine.py checks those names), and
-deployments/engine_stat_loggers.py reads the engine's stat loggers.
+`vllm.v1.engine.utils.get_mp_context` (tests/unit/engine/test_pool_engine.py checks those names), and
+engine/stat_loggers.py reads the engine's stat loggers.
 autoscaling/control_board.py uses Ray core's `internal_kv` (the pure logic may not import this
 module, which would bring Ray Serve in with it).
 """

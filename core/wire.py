@@ -106,3 +106,8 @@ def size_bucket_keys(kind: str) -> tuple[str, ...]:
 
 SIZE_REQUESTS_KEYS, SIZE_TOKENS_KEYS = size_bucket_keys("rps"), size_bucket_keys("tps")
 REPLICA_STAT_KEYS = (*ReplicaStats.__annotations__, *SIZE_REQUESTS_KEYS, *SIZE_TOKENS_KEYS)
+
+
+def deployment_name(pool_name: str) -> str:
+    """The Serve deployment of a pool: the router finds its replicas by it, the app names it."""
+    return f"pool-{pool_name}"

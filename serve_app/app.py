@@ -13,11 +13,11 @@ from cluster.pricing import pool_rates, resolve_catalog
 from core.config import DEFAULT_CONFIG_PATH, TrilemmaConfig
 from core.model_store import resolve_model_source
 from core.upstream import to_model_metadata
-from deployments.http_api import router_ingress_class
-from deployments.pool_deployment import build_pool_deployment, llm_config_for_pool
+from pool.deployment import build_pool_deployment, llm_config_for_pool
+from router.http_api import router_ingress_class
+from router.quality_ledger import QualityLedger
+from router.tenants import TenantDirectory
 from serve_app.deployment_versions import with_version, without_replica_counts
-from serving.quality_ledger import QualityLedger
-from serving.tenants import TenantDirectory
 
 
 def build_app(

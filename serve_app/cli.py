@@ -14,11 +14,11 @@ from typing import Callable
 from core.config import DEFAULT_CONFIG_PATH, ConfigError, TrilemmaConfig
 from core.config_base import parse_overrides
 from core.model_store import resolve_model_source
+from router.model_choice import ModelChoice
 from serve_app.autoscale_cli import add_commands as add_autoscale_commands
 from serve_app.cluster_cli import add_commands as add_cluster_commands
 from serve_app.cost_cli import add_commands as add_cost_commands
 from serve_app.observe_cli import add_commands as add_observe_commands
-from serving.model_choice import ModelChoice
 
 # Commands other parts of the project add without this module importing them (`trilemma
 # bench` is the benchmark's): each entry point is an `add_commands(subparsers)`.
@@ -95,7 +95,7 @@ def _add_unavailable_command(name: str, error: ImportError, commands: argparse._
 
 
 def _add_tenant(args: argparse.Namespace) -> int:
-    from serving.tenants import add_tenant
+    from router.tenants import add_tenant
 
     key = add_tenant(args.file, args.name, args.daily_budget_usd)
     print(f"tenant {args.name!r} added to {args.file}; its API key (stored only as a hash):\n{key}")

@@ -25,7 +25,7 @@ from ray.serve.deployment import Application
 from core.config import PROJECT_ROOT
 
 # The packages whose code runs in replicas.
-CODE_PACKAGES = ("core", "serving", "autoscaling", "cluster", "deployments", "serve_app")
+CODE_PACKAGES = ("core", "contract", "engine", "pool", "router", "autoscaling", "cluster", "serve_app")
 
 
 def with_version(app: Application, *parts: Any) -> Application:

@@ -5,7 +5,7 @@ child process. When the actor is killed (its Ray's daemons signalled with the re
 group, `ray stop --force`) HAProxy lived on, listening on the app's port, and the next start of
 the app could not bind it. Ray Serve runs whatever RAY_SERVE_HAPROXY_BINARY_PATH names: a
 local Ray is pointed at a small launcher that asks the kernel for a parent-death signal
-(serving.process_lifetime) and then becomes HAProxy itself, with the same pid and name.
+(engine.process_lifetime) and then becomes HAProxy itself, with the same pid and name.
 
 A cluster started by `ray start` (cluster/) keeps its own setting: its nodes are containers or
 machines whose end ends their processes.

@@ -20,11 +20,11 @@ from ray import serve
 from ray.serve.exceptions import RayServeException
 
 from core.config import TrilemmaConfig
+from engine.processes import orphaned_engines, orphaned_haproxies
 from serve_app.haproxy_lifetime import bind_haproxy_to_its_proxy
 from serve_app.leftovers import check_port_free, end_leftovers
 from serve_app.ray_driver import RAY_SUBREAPER_ENV, init_ray, local_cluster_ended
 from serve_app.transport import apply_transport_env, check_ingress
-from serving.engine_processes import orphaned_engines, orphaned_haproxies
 
 logger = logging.getLogger(__name__)
 # Beyond the longest drain: Serve's own stop of the emptied replicas.
@@ -92,7 +92,7 @@ def deploy(
     app = app_code.result().build_app(config, engine_cls=engine_cls, model_source=model_source)
     built = time.monotonic()
     serve.run(app, name=config.app_name, route_prefix=route_prefix)
-    # The app's part of a start, phase by phase; each replica logs its own (deployments.pool).
+    # The app's part of a start, phase by phase; each replica logs its own (pool.replica).
     logger.info(
         "%s ready %.1f s after the deploy began: Ray and Serve %.1f s, the app's code imported and "
         "built by %.1f s, replicas created, started and warmed up %.1f s", config.app_name,

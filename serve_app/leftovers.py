@@ -16,7 +16,7 @@ import socket
 import psutil
 
 from core.config import ConfigError
-from serving.engine_processes import ENGINE_PREFIX, HAPROXY_NAME
+from engine.processes import ENGINE_PREFIX, HAPROXY_NAME
 
 logger = logging.getLogger(__name__)
 RAYLET_PID_ENV = "RAY_RAYLET_PID"

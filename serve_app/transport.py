@@ -17,7 +17,7 @@ The environment does not decide one thing: how the router's calls into the pools
 handle takes that from the process that built the app, as it was when that process imported Ray
 Serve: `trilemma serve` imported it before it set anything here, so the calls of those runs still
 went through the object store. The router now sets it on its handles from this config
-(`deployments/pool_client.py`); by gRPC a chunk took 1.3 ms from replica to router against 25 ms
+(`router/pool_client.py`); by gRPC a chunk took 1.3 ms from replica to router against 25 ms
 at 16 streams (fake engines at 5 ms a token, 2-core CPU: bench/results/hops-fake-pace.md).
 """
 

@@ -40,7 +40,7 @@ class FleetRequest(TraceRequest):
 
 @dataclass(frozen=True)
 class SplitRouter:
-    """The context-length rule as `serving.routing.ContextLengthPolicy` applies it to the two
+    """The context-length rule as `router.routing.ContextLengthPolicy` applies it to the two
     pools: at or below the threshold short, above it long; a request no pool's max_model_len
     holds is refused, and one only one pool holds goes there."""
 

@@ -28,9 +28,9 @@ from autoscaling.control_board import MemoryControlBoard
 from autoscaling.serve_policy import PoolScalingPolicy
 from bench.autoscale.bursty_trace import TraceRequest
 from bench.autoscale.replica_model import ReplicaModel
-from serving.latency_window import LatencyWindow
+from pool.latency_window import LatencyWindow
 
-LATENCY_WINDOW_S = 30.0  # deployments.pool.AUTOSCALING_WINDOW_S: what a replica's p99s cover
+LATENCY_WINDOW_S = 30.0  # pool.replica.AUTOSCALING_WINDOW_S: what a replica's p99s cover
 APP = "simulated"
 
 

@@ -20,7 +20,7 @@ from bench.app_processes import label_of, ray_processes, replica_processes, serv
 from core import wire
 from core.config import TrilemmaConfig
 from core.pool_config import PoolConfig
-from serving.engine_processes import engine_cores_under
+from engine.processes import engine_cores_under
 
 
 @dataclass(frozen=True)

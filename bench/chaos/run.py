@@ -22,7 +22,7 @@ from bench.metrics import RequestRecord, percentile
 from bench.pool_activity import held_once_released
 from bench.result_files import fmt
 from core import wire
-from serving.engine_processes import engine_processes, orphaned_engines
+from engine.processes import engine_processes, orphaned_engines
 
 CHAT = Prompt(messages=[{"role": "user", "content": "Name three colours of the rainbow."}],
               max_tokens=24, kind="short", scenario="chat")

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import psutil
 
 from bench.app_processes import label_of, serving_processes
-from serving.engine_processes import engine_processes, orphaned_engines
+from engine.processes import engine_processes, orphaned_engines
 
 # Each end of the window is the median of this many samples: one garbage collection or one
 # batch of long prompts does not make a leak.

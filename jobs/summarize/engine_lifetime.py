@@ -4,7 +4,7 @@ In engine mode each Ray Data actor starts a vLLM engine core as a process of its
 stop`, a driver that is killed, or Ray ending the job's actors leaves that process running with
 the model and its KV cache in memory (vLLM's engine core does not watch its parent). Ray runs
 this module's hook in each of the job's engine workers before the actor starts: the engine core
-it starts then dies with it (serving.process_lifetime), as a pool replica's does.
+it starts then dies with it (engine.process_lifetime), as a pool replica's does.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import logging
 import threading
 from typing import Any
 
-from serving.process_lifetime import bound_to_parent
+from engine.process_lifetime import bound_to_parent
 
 logger = logging.getLogger(__name__)
 

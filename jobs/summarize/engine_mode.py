@@ -18,7 +18,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
-from deployments import vllm_compile_cache
+from engine import vllm_compile_cache
+from engine.cpu_engine import read_cpu_flags, with_cpu_dtype
 from jobs.summarize.chunking import ChunkPlan, combine_groups
 from jobs.summarize.config import SummarizeConfig
 from jobs.summarize.engine_lifetime import SETUP_HOOK
@@ -26,7 +27,6 @@ from jobs.summarize.inputs import Document
 from jobs.summarize.mapreduce import Completion, Outcome, Partial
 from jobs.summarize.prompts import Prompts
 from jobs.summarize.stages import RESULT_COLUMNS, ChunkStage
-from serving.cpu_engine import read_cpu_flags, with_cpu_dtype
 
 logger = logging.getLogger(__name__)
 ERROR_COLUMN = "__inference_error__"  # set by ray.data.llm on a row the engine failed

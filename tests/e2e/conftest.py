@@ -11,11 +11,12 @@ import pytest
 from ray import serve
 
 from core.config import TrilemmaConfig
-from observability.prometheus_setup import PrometheusSetup, write_setup
+from engine.preload import PRELOAD_ENV
+from observability.prometheus_setup import PrometheusSetup
 from observability.prometheus_setup import start as start_prometheus
+from observability.prometheus_setup import write_setup
+from router.tenants import add_tenant
 from serve_app.launcher import deploy
-from serving.engine_preload import PRELOAD_ENV
-from serving.tenants import add_tenant
 from tests.support import METRICS_TEST_PORT, config_for_tests
 
 PROMETHEUS_PORT = 9099
@@ -40,7 +41,7 @@ def base_url(ray_cluster, embedded_model_dir, tenant_keys):
     raw = config_for_tests().model_dump(mode="json")
     raw["tenants"]["keys_file"] = str(tenant_keys[0])
     # The long pool's engine core forked from its replica's preloaded forkserver, as a GPU pool's
-    # is by default; the short pool's spawned, as a CPU pool's is (serving/engine_preload.py).
+    # is by default; the short pool's spawned, as a CPU pool's is (engine/preload.py).
     raw["pools"]["long"]["env"][PRELOAD_ENV] = "1"
     config = TrilemmaConfig.from_dict(raw)
     url = deploy(config, model_source=str(embedded_model_dir))

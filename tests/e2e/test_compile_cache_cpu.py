@@ -1,5 +1,5 @@
 """A CPU engine started twice loads the model vLLM compiled on its first start (the AOT compile
-cache, which deployments/vllm_compile_cache.py makes load), and answers as the model does.
+cache, which engine/vllm_compile_cache.py makes load), and answers as the model does.
 
 Two starts of vLLM's offline engine, each in a process of its own as an engine process runs,
 with the plugin as the installed package registers it, and a compile cache of their own: the
@@ -17,7 +17,7 @@ import sys
 import pytest
 
 from bench.cpu_dtype import Reference
-from deployments import vllm_compile_cache
+from engine import vllm_compile_cache
 
 pytestmark = pytest.mark.e2e
 

@@ -12,7 +12,7 @@ import openai
 import pytest
 
 from bench.cpu_dtype import Reference, compare
-from serving.cpu_engine import choose_cpu_dtype, read_cpu_flags
+from engine.cpu_engine import choose_cpu_dtype, read_cpu_flags
 
 pytestmark = pytest.mark.e2e
 

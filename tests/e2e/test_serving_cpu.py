@@ -7,11 +7,10 @@ import statistics
 
 import httpx
 import openai
-import psutil
 import pytest
 
 from bench.app_processes import replica_processes
-from serving.engine_processes import engine_cores_under, is_forkserver
+from engine.processes import engine_cores_under, is_forkserver
 
 pytestmark = pytest.mark.e2e
 
@@ -151,8 +150,8 @@ def test_bench_run_and_report_against_the_real_app(base_url, api_key, tmp_path):
 def test_the_first_tokens_time_has_a_name_for_every_hop(base_url, api_key, tmp_path):
     """Real engine: every request brings back every stamp, and with one stream in flight no
     token waits for a batch window."""
+    from contract.request_timeline import HOPS
     from serve_app.cli import main
-    from serving.request_timeline import HOPS
 
     assert main(["bench", "hops", "--url", base_url, "--concurrency", "1", "--num-prompts", "5",
                  "--max-tokens", "16", "--warmup", "1", "--out", str(tmp_path), "--name", "hops", "--no-progress",

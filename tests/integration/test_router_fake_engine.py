@@ -213,7 +213,7 @@ def test_the_routers_pool_watch_reads_the_replicas_serve_reports(client):
     from ray import serve
 
     from core.upstream import serve_replica_states
-    from deployments.pool_watch import count_replicas
+    from router.pool_watch import count_replicas
     from tests.support import config_for_tests
 
     app_name = config_for_tests().app_name

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import ray
 
-from serving.spend_ledger import SpendLedger, ledger_handle
+from router.spend_ledger import SpendLedger, ledger_handle
 
 pytestmark = pytest.mark.integration
 

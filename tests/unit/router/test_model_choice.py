@@ -1,0 +1,126 @@
+"""Models per pool: which model a request gets, the pools that serve it, and configs that cannot work."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from core.config import ConfigError, TrilemmaConfig
+from core.errors import ApiError
+from router.model_choice import ModelChoice
+from router.pool_choice import PoolChooser, PoolRequest
+from router.pool_health import PoolHealth
+from router.routing import RoutingPolicy
+
+
+def raw_config(**scenario_models: list[str] | None) -> dict[str, Any]:
+    """Real-time chat on a small model, batch on a large one, and the large one in fp8 for cost."""
+    def pool(role: str, model: dict[str, str] | None = None, **extra: Any) -> dict[str, Any]:
+        return {"role": role, "max_model_len": 2048 if role == "short" else 8192, "max_num_seqs": 4,
+                **({"model": model} if model else {}), **extra}
+
+    return {
+        "model": {"name": "big", "source": "/models/big"},
+        "pools": {
+            "chat": pool("short", {"name": "small", "source": "/models/small"}),
+            "batch": pool("long"),
+            "batch-fp8": pool("long", quantization="fp8"),
+        },
+        "scenarios": {
+            "chat": {"priority": 0, "models": scenario_models.get("chat", ["small"])},
+            "quality": {"priority": 1, "unquantized_only": True, "models": scenario_models.get("quality")},
+            "cost": {"priority": 2, "pools": ["batch-fp8"], "models": scenario_models.get("cost")},
+            "closed": {"priority": 3, "pools": []},
+        },
+    }
+
+
+CONFIG = TrilemmaConfig.from_dict(raw_config())
+MODELS = ModelChoice(CONFIG)
+
+
+def test_every_public_name_is_served_once_with_the_apps_model_as_default():
+    assert list(CONFIG.models) == ["small", "big"] and CONFIG.default_model == "big"
+    assert CONFIG.pools_serving("big") == ["batch", "batch-fp8"]
+    assert CONFIG.pools_serving("big", CONFIG.scenarios["quality"]) == ["batch"]  # unquantized only
+
+
+@pytest.mark.parametrize("scenario, requested, expected", [
+    ("chat", None, "small"),       # the scenario's first model
+    ("chat", "small", "small"),
+    ("quality", None, "big"),      # no list: the app's default first
+    ("quality", "small", "small"),  # any model one of its pools serves
+    ("cost", None, "big"),         # its one pool serves the large model
+    ("closed", None, "big"),       # no pool at all: the pool choice refuses it
+])
+def test_a_request_gets_the_model_it_names_or_its_scenarios_first(scenario, requested, expected):
+    assert MODELS.resolve(requested, scenario, CONFIG.scenarios[scenario]) == expected
+
+
+@pytest.mark.parametrize("scenario, requested, status, code, message", [
+    ("chat", "gpt-4", 404, "model_not_found", "model 'gpt-4' does not exist; this server serves ['small', 'big']"),
+    ("chat", "big", 400, "model_not_allowed", "model 'big' is not served to scenario 'chat'; its models: ['small']"),
+    ("cost", "small", 400, "model_not_allowed", "its models: ['big']"),
+])
+def test_a_model_the_scenario_does_not_serve_is_refused_with_the_ones_it_does(scenario, requested, status, code, message):
+    with pytest.raises(ApiError) as caught:
+        MODELS.resolve(requested, scenario, CONFIG.scenarios[scenario])
+    assert caught.value.status == status and caught.value.code == code
+    assert message in caught.value.message
+
+
+def choose(model: str, scenario: str, prompt_tokens: int = 10, pinned: str | None = None):
+    policy = RoutingPolicy.from_config(CONFIG.routing, {"chat": 2.0, "batch": 3.0, "batch-fp8": 1.0})
+    choice = PoolChooser(CONFIG, policy, PoolHealth({name: None for name in CONFIG.pools}))
+    return choice.choose(PoolRequest(scenario_name=scenario, scenario=CONFIG.scenarios[scenario], model=model,
+                                     prompt_tokens=prompt_tokens, max_tokens=64, pinned_pool=pinned))
+
+
+def test_only_the_pools_of_the_requests_model_are_candidates():
+    # A short request for the large model goes to its long pool: the short pool serves another model.
+    assert choose("big", "quality").pool == "batch"
+    assert choose("small", "chat").pool == "chat"
+    assert choose("big", "cost").pool == "batch-fp8"
+
+
+@pytest.mark.parametrize("model, scenario, pinned, tokens, status, code, message", [
+    ("small", "chat", "batch", 10, 400, "pool_model_mismatch", "pool 'batch', which serves model 'big', not 'small'"),
+    # The limit is the largest pool of the request's model, not of the app.
+    ("small", "chat", None, 2000, 400, "context_length_exceeded",
+     "over the largest pool's max_model_len of 2048 (model 'small' in scenario 'chat')"),
+    ("big", "chat", None, 9000, 400, "context_length_exceeded", "max_model_len of 8192 (model 'big'"),
+    ("big", "closed", None, 10, 503, "no_provider", "no inference provider configured for scenario closed"),
+])
+def test_no_pool_for_the_model_says_why(model, scenario, pinned, tokens, status, code, message):
+    with pytest.raises(ApiError) as caught:
+        choose(model, scenario, prompt_tokens=tokens, pinned=pinned)
+    assert caught.value.status == status and caught.value.code == code and message in caught.value.message
+
+
+def test_a_pinned_pool_gives_its_model_to_a_request_that_names_none():
+    assert MODELS.resolve(None, "quality", CONFIG.scenarios["quality"], pinned_pool="chat") == "small"
+    with pytest.raises(ApiError, match="is not served to scenario 'chat'"):
+        MODELS.resolve(None, "chat", CONFIG.scenarios["chat"], pinned_pool="batch")
+
+
+def test_a_scenario_cannot_list_no_model():
+    with pytest.raises(ConfigError, match="scenarios.chat.models"):
+        TrilemmaConfig.from_dict(raw_config(chat=[]))
+
+
+def test_one_public_name_for_two_sources_is_refused():
+    raw = raw_config()
+    raw["pools"]["batch-fp8"]["model"] = {"name": "big", "source": "/models/other"}
+    with pytest.raises(ConfigError, match="pools batch and batch-fp8 both serve model 'big' but load different sources"):
+        TrilemmaConfig.from_dict(raw)
+
+
+@pytest.mark.parametrize("scenario_models, message", [
+    ({"chat": ["tiny"]}, "scenarios.chat.models names model 'tiny', which no pool serves; served: ['big', 'small']"),
+    ({"cost": ["small"]}, "scenarios.cost.models names model 'small', but none of the pools serving it (['chat'])"),
+])
+def test_a_scenario_naming_a_model_it_cannot_reach_is_refused(scenario_models, message):
+    with pytest.raises(ConfigError) as caught:
+        TrilemmaConfig.from_dict(raw_config(**scenario_models))
+    assert message in str(caught.value)
