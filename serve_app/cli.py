@@ -6,6 +6,7 @@ import argparse
 import functools
 import logging
 import sys
+import threading
 import time
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -134,11 +135,24 @@ def _serve(args: argparse.Namespace) -> int:
     for spec in config.models.values():
         print(f"model {spec.name} ready in {time.monotonic() - started:.0f} s: "
               f"{resolve_model_source(spec.source)}", flush=True)
-    url = deploy_unless_stopped(config)
+    stop = threading.Event()
+    url = deploy_unless_stopped(config, stop=stop)
     if url is None:
         print("stopped while starting", flush=True)
         return 0
-    # What the default scenario serves, so the printed request works as it is.
+    try:
+        _announce(config, url, started)
+    except KeyboardInterrupt:  # Ctrl-C as the app became ready: the stop, drained as any other
+        stop.set()
+    if not serve_until_stopped(config, stop):
+        print("stopped: the Ray cluster it ran on has ended", flush=True)
+        return 1
+    print("stopped", flush=True)
+    return 0
+
+
+def _announce(config: TrilemmaConfig, url: str, started: float) -> None:
+    """Where the app serves, with a request that works as it is (what the default scenario serves)."""
     first_model = (ModelChoice(config).allowed(config.scenarios[config.routing.default_scenario])
                    or [config.default_model])[0]
     print(
@@ -149,11 +163,6 @@ def _serve(args: argparse.Namespace) -> int:
         f"\"content\": \"Hello!\"}}]}}'\n",
         flush=True,
     )
-    if not serve_until_stopped(config):
-        print("stopped: the Ray cluster it ran on has ended", flush=True)
-        return 1
-    print("stopped", flush=True)
-    return 0
 
 
 if __name__ == "__main__":

@@ -103,35 +103,42 @@ def deploy(
 
 
 def deploy_unless_stopped(
-    config: TrilemmaConfig, *, engine_cls: type | None = None, model_source: str | None = None,
-    route_prefix: str = "/",
+    config: TrilemmaConfig, *, stop: threading.Event | None = None, engine_cls: type | None = None,
+    model_source: str | None = None, route_prefix: str = "/",
 ) -> str | None:
     """`deploy`, for a serving process: SIGTERM or Ctrl-C while the app starts removes what was
     deployed, leaves the Ray session and returns None instead of the URL.
 
-    Ray's core aborts the process on SIGTERM (its handler, set when Ray starts), which would leave
-    the replicas and engines that were starting behind; from Ray's start on, SIGTERM stops the
-    start as Ctrl-C does.
+    Ray's core ends the process on SIGTERM (its handler, set when Ray starts, drains the node and
+    exits with status 1), which would leave the replicas and engines that were starting behind.
+    From Ray's start on, SIGTERM is this process's: it stops the start as Ctrl-C does, and once the
+    app serves it sets `stop`, which serve_until_stopped waits for. A SIGTERM that comes as the
+    app becomes ready, before the caller waits for it, is then the stop asked for and not Ray's.
     """
-    def interrupt(signum, frame):
-        raise KeyboardInterrupt
+    stop = stop or threading.Event()
+    starting = True
+
+    def on_sigterm(signum, frame):
+        stop.set()
+        if starting:
+            raise KeyboardInterrupt
 
     try:
         app_code = import_app_code()
         ensure_ray(config)
-        previous = signal.signal(signal.SIGTERM, interrupt)
-        try:
-            return deploy(config, engine_cls=engine_cls, model_source=model_source, route_prefix=route_prefix,
-                          app_code=app_code)
-        finally:
-            signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGTERM, on_sigterm)
+        return deploy(config, engine_cls=engine_cls, model_source=model_source, route_prefix=route_prefix,
+                      app_code=app_code)
     except KeyboardInterrupt:
+        starting = False  # a second signal must not cut the removal short
         logger.warning("stopped while %s was starting: removing it", config.app_name)
         if ray.is_initialized():
             with ends_within(stop_bound_s(config), "removing the app that was starting"):
                 drain(config)
                 shutdown_local_ray()
         return None
+    finally:
+        starting = False
 
 
 def undeploy(config: TrilemmaConfig) -> None:
@@ -164,32 +171,40 @@ def serve_until_stopped(config: TrilemmaConfig, stop: threading.Event | None = N
     beneath it (`ray stop`), then ends what is left of the session. True when the stop was asked
     for, False when the cluster ended.
 
-    Ray's core would abort the process on SIGTERM; the handler set here, after Ray started,
-    replaces its handler for this process. A signal to the whole process group reaches Ray's
+    Ray's core would end the process on SIGTERM; the handler set here, after Ray started,
+    replaces its handler for this process (pass deploy_unless_stopped's `stop`, so that a SIGTERM
+    between the two is not lost). A signal to the whole process group reaches Ray's
     daemons too: their replicas end with them, and there is nothing left to drain.
     """
     stop = stop or threading.Event()
+    # Kept until the stop is done: with Ray's own handler back, a second SIGTERM during the drain
+    # would end the process with status 1 (the stop is bounded by ends_within anyway).
     previous = signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
-    asked = True
+    try:
+        asked = _wait_for_stop(stop)
+        if not asked:
+            logger.error("the Ray cluster that %s ran on has ended (`ray stop`, or its daemons were signalled): "
+                         "ending what is left of it", config.app_name)
+        with ends_within(stop_bound_s(config), "stopping"):
+            if not local_cluster_ended():
+                drain(config)
+            shutdown_local_ray()
+        return asked
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _wait_for_stop(stop: threading.Event) -> bool:
+    """Until `stop` is set (True) or the local Ray ends beneath the process (False)."""
     try:
         while not stop.wait(CLUSTER_WATCH_S):
             if local_cluster_ended():
                 # A signal to the whole process group ends Ray's daemons as it reaches this
                 # process: a stop asked for, whichever of the two is seen first.
-                asked = stop.wait(SIGNAL_GRACE_S)
-                break
+                return stop.wait(SIGNAL_GRACE_S)
     except KeyboardInterrupt:
         pass
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-    if not asked:
-        logger.error("the Ray cluster that %s ran on has ended (`ray stop`, or its daemons were signalled): "
-                     "ending what is left of it", config.app_name)
-    with ends_within(stop_bound_s(config), "stopping"):
-        if not local_cluster_ended():
-            drain(config)
-        shutdown_local_ray()
-    return asked
+    return True
 
 
 def drain_bound_s(config: TrilemmaConfig) -> float:

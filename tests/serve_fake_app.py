@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import threading
 
 from core.config import TrilemmaConfig
 from core.model_store import default_cache_dir, prepare_embedded_model
@@ -43,13 +44,14 @@ def main(argv: list[str] | None = None) -> int:
             "TRILEMMA_FAKE_START_S": str(args.start_s)})
     config = TrilemmaConfig.from_dict(raw)
     print("starting", flush=True)
-    url = deploy_unless_stopped(config, engine_cls=FakeEngine,
+    stop = threading.Event()
+    url = deploy_unless_stopped(config, stop=stop, engine_cls=FakeEngine,
                                 model_source=str(prepare_embedded_model(default_cache_dir())), route_prefix=args.prefix)
     if url is None:
         print("stopped while starting", flush=True)
         return 0
     print(f"serving {url}", flush=True)
-    asked = serve_until_stopped(config)
+    asked = serve_until_stopped(config, stop)
     print("stopped" if asked else "stopped: the Ray cluster ended", flush=True)
     return 0 if asked else 1
 

@@ -45,7 +45,8 @@ def setup() -> Setup:
                  exit_bound_s=stop_bound_s(config) + EXIT_MARGIN_S, streams=STREAMS, max_tokens=MAX_TOKENS)
 
 
-def assert_left_nothing(result: StopResult, log: Path) -> None:
+def assert_left_nothing(result: StopResult, log: Path) -> str:
+    """Asserts the stop left nothing behind; the result and the command's output, for what else it asserts."""
     shown = f"{result}\n--- the command's output ({log}) ---\n{log.read_text(errors='replace')[-4000:]}"
     assert result.error is None, shown
     assert result.exit_s is not None, f"the command did not end: {shown}"
@@ -53,23 +54,25 @@ def assert_left_nothing(result: StopResult, log: Path) -> None:
     assert result.port_free, f"port still held: {shown}"
     flight = result.in_flight
     assert flight["hung"] == 0 and flight["answered"] + flight["refused"] + flight["closed"] == STREAMS, shown
+    return shown
 
 
 @pytest.mark.parametrize(("launcher", "stop"), CASES, ids=[f"{launcher}-{stop}" for launcher, stop in CASES])
 def test_a_stop_leaves_nothing_and_the_port_free(launcher, stop, setup, tmp_path):
     log = tmp_path / "serve.log"
     result = measure(STOPS[stop], launcher, launch_argv(launcher, CONFIG, []), setup, log)
-    assert_left_nothing(result, log)
+    shown = assert_left_nothing(result, log)
     if stop in ("sigterm-serve", "ctrl-c") and launcher == "serve":
         # Stops that let the app drain: the streams in flight are answered in full, and the
         # command reports a clean stop.
-        assert result.in_flight["answered"] == STREAMS, result
-        assert result.exit_code == 0, result
+        assert result.in_flight["answered"] == STREAMS, shown
+        assert result.exit_code == 0, shown
     if stop == "sigterm-group" and launcher == "serve":
         # The signal reaches Ray's daemons as it reaches the app: whether the replicas end before
         # their streams are done varies between starts (docs/faults.md, "Stops"), so a stream is
-        # answered or closed cleanly (assert_left_nothing), and the stop is still one asked for.
-        assert result.exit_code == 0, result
+        # answered or closed cleanly (assert_left_nothing), and the stop is still one asked for,
+        # even when it comes as the app becomes ready (never Ray's own handler's status 1).
+        assert result.exit_code == 0, shown
 
 
 def test_the_next_start_serves(setup, tmp_path):

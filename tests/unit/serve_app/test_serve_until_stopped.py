@@ -4,6 +4,8 @@ counts as asked for; a drain gives up as soon as the cluster is gone."""
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 
@@ -92,3 +94,59 @@ def test_deleting_an_app_stops_waiting_when_its_ray_ends(monkeypatch):
     launcher.undeploy(config_for_tests())
     assert time.monotonic() - started < 5 and reaped
     gone.set()
+
+
+@pytest.fixture
+def ray_sigterm_handler():
+    """Ray's SIGTERM handler as Ray's start sets it (it drains the node and exits with status 1),
+    recorded instead; the process's own handler is back after the test."""
+    called = []
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: called.append(signum))
+    yield called
+    signal.signal(signal.SIGTERM, previous)
+
+
+def _deploy_without_ray(monkeypatch, deploy):
+    monkeypatch.setattr(launcher, "import_app_code", lambda: None)
+    monkeypatch.setattr(launcher, "ensure_ray", lambda config: None)
+    monkeypatch.setattr(launcher, "deploy", deploy)
+
+
+def test_a_sigterm_as_the_app_becomes_ready_is_the_stop_asked_for(monkeypatch, ray_sigterm_handler):
+    # The signal comes before the caller waits for it (a supervisor that stops the app as soon as
+    # it answers): it is the stop serve_until_stopped then sees, never Ray's exit with status 1.
+    _deploy_without_ray(monkeypatch, lambda config, **kwargs: "http://127.0.0.1:8000")
+    stop = threading.Event()
+    assert launcher.deploy_unless_stopped(config_for_tests(), stop=stop) == "http://127.0.0.1:8000"
+    os.kill(os.getpid(), signal.SIGTERM)
+    assert stop.wait(5) and ray_sigterm_handler == []
+
+
+def test_a_sigterm_while_the_app_starts_removes_it(monkeypatch, ray_sigterm_handler):
+    def deploy(config, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # the signal's handler interrupts the start
+        pytest.fail("the start went on after SIGTERM")
+
+    _deploy_without_ray(monkeypatch, deploy)
+    monkeypatch.setattr(launcher.ray, "is_initialized", lambda: True)
+    calls = []
+    monkeypatch.setattr(launcher, "drain", lambda config: calls.append("drain"))
+    monkeypatch.setattr(launcher, "shutdown_local_ray", lambda: calls.append("shutdown"))
+    assert launcher.deploy_unless_stopped(config_for_tests()) is None
+    assert calls == ["drain", "shutdown"] and ray_sigterm_handler == []
+
+
+def test_a_second_sigterm_while_it_drains_does_not_end_the_drain(monkeypatch, stopping, ray_sigterm_handler):
+    calls, _ = stopping
+
+    def drain(config):
+        calls.append("drain")
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.2)  # where the signal's handler runs
+
+    monkeypatch.setattr(launcher, "drain", drain)
+    stop = threading.Event()
+    stop.set()
+    assert launcher.serve_until_stopped(config_for_tests(), stop) is True
+    assert calls == ["drain", "shutdown"] and ray_sigterm_handler == []
