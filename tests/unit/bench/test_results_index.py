@@ -87,7 +87,7 @@ _LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 
 
 def _documents() -> list[Path]:
-    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted(RESULTS.rglob("README.md"))]
+    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted(RESULTS.rglob("*.md"))]
 
 
 def test_every_relative_link_of_the_docs_resolves():
