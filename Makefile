@@ -17,7 +17,7 @@ UNUSED_TORCH_PACKAGES := torchvision torchaudio torchcodec
 # Root installs system packages directly; anyone else through sudo.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup lock model serve summarize-sample observe test test-fast prometheus gpu-bench clean
+.PHONY: setup lock model serve summarize-sample observe test test-fast prometheus gpu-bench results-index clean
 
 setup: $(INSTALLED)
 
@@ -81,6 +81,10 @@ test-fast: setup
 # On a GPU host with vLLM and Ray importable (see docs/cluster.md, "GPU benchmarks"); no venv of ours.
 gpu-bench:
 	bench/gpu_bench.sh all
+
+# bench/results/README.md from the studies' READMEs (standard library only: no venv needed).
+results-index:
+	$(if $(wildcard $(PY)),$(PY),python3) -m bench.results_index
 
 clean:
 	rm -rf $(VENV) .pytest_cache .import_linter_cache

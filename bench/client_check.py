@@ -9,7 +9,7 @@ alternating A, B, A, B, ... (`--pairs` runs each), in two load shapes: Poisson a
 rate, and a fixed concurrency. Both scale their random arrival schedule to end at N / rate,
 so both offer the same load; the schedules themselves differ (each client draws its own), so
 the TTFT of single runs at a rate differs by the luck of the draw, and medians over pairs
-are compared. Writes bench/results/client-check.{json,md}.
+are compared. Writes bench/results/client-check/client-check.{json,md}.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from bench.datasets import docs_dataset
 from core.model_store import default_cache_dir, prepare_embedded_model
 
 ROOT = Path(__file__).resolve().parent.parent
-RESULTS = Path("bench/results")  # relative: the commands stored in results name no machine paths
+RESULTS = Path("bench/results/client-check")  # relative: the commands stored in results name no machine paths
 OUTPUT_TOKENS = 64
 
 
@@ -75,6 +75,7 @@ def main() -> int:
     model = httpx.get(f"{args.url}/v1/models", timeout=30).json()["data"][0]["id"]
     tokenizer = str(prepare_embedded_model(default_cache_dir()))
     os.chdir(ROOT)
+    RESULTS.mkdir(parents=True, exist_ok=True)
     prompts_path = RESULTS / "client-check-prompts.jsonl"  # kept: the exact prompts both sent
     with prompts_path.open("w") as out:
         for prompt in docs_dataset(args.num_prompts, seed=0):

@@ -4,7 +4,7 @@
 
 --cold first removes the converted model and vLLM's compile cache, as on a fresh machine
 (the virtual environment is kept: its install time is reported by `make setup` itself).
-Writes bench/results/first-answer.{json,md}.
+Writes bench/results/first-answer-cpu/first-answer-{cold,warm}.{json,md}.
 """
 
 from __future__ import annotations
@@ -98,7 +98,8 @@ def main() -> int:
         "tpot_ms": {"p50": round(statistics.median(tpot), 1), "p99": round(percentile(tpot, 99), 1)},
         "completion_tokens": [r["tokens"] for r in runs],
     }
-    out = ROOT / "bench" / "results"
+    out = ROOT / "bench" / "results" / "first-answer-cpu"
+    out.mkdir(parents=True, exist_ok=True)
     name = "first-answer-cold" if args.cold else "first-answer-warm"
     (out / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
     (out / f"{name}.md").write_text(

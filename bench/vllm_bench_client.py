@@ -2,7 +2,7 @@
 
 Each `vllm bench serve` command imports vLLM before it sends a request (9.7 s on a 2-core CPU),
 and `bench vs-vllm` runs ten of them or more: a CPU comparison took 338 s with them and 255 s
-with this (bench/results/vs-vllm-cpu-greedy-8-client.md). This process imports vLLM's benchmark
+with this (bench/results/vs-vllm-cpu/spread-3-one-client-process.md). This process imports vLLM's benchmark
 once and runs one benchmark per line of its input, with the command's own argument parser and
 code.
 

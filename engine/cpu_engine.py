@@ -13,7 +13,7 @@ Where the CPU multiplies bf16 natively (AVX512_BF16 or AMX-BF16), that is the fa
 stays. Where it does not (AVX2-only and older AVX-512 x86 CPUs), every bf16 product is widened
 to fp32 first, so bf16 buys no arithmetic, and its rounding moves the model's greedy answers
 wherever two next tokens are close: on an AVX2 EPYC, bf16 left the fp32 model on 3 or 4 of 8
-short chats within 24 tokens, compiled or eager (`bench/results/cpu-dtype-avx2-epyc.md`).
+short chats within 24 tokens, compiled or eager (`bench/results/cpu-dtype/cpu-dtype-avx2-epyc.md`).
 The compiled graph's rotary embedding, which inductor computes in fp32 with one rounding
 where vLLM's C++ kernel rounds differently, turned "The capital of France is Paris." into
 "L'Étoile, la Marseillaise, la femme," (a 0.10-nat tie in the fp32 model). float32 answered
@@ -29,7 +29,7 @@ object has no attribute 'finalize_loading'"), and this package's vLLM plugin
 (engine/vllm_compile_cache.py) makes it work. On a 2-core EPYC a warm engine alone served
 after 29 to 30 s with the cache loaded, 35 to 37 s with AOT compile off (vLLM then traces the
 model on every start), and 65 to 85 s with it on and the load failing
-(`bench/results/start-cpu-aot-load-ab/`, `start-cpu-aot-on.md`). So a CPU engine runs with AOT
+(`bench/results/start-cpu-aot-load-ab/`, `bench/results/start-cpu/aot-on-reloading.md`). So a CPU engine runs with AOT
 compile on where vLLM will load the plugin, and off where it will not (the package not
 installed with its entry points, or `VLLM_PLUGINS` leaving it out). A pool's `env` may set it
 either way.

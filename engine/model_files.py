@@ -7,7 +7,7 @@ folder or a Hugging Face id, which vLLM fetches itself), that task returns the s
 It still costs a Ray worker process on the start's critical path, which imports torch and Ray's
 LLM library before it returns. The callback below skips the task in exactly that case and keeps
 the one thing it does besides, on the replica's node (the torch kernels folder, which torch
-cannot create itself when its parent is missing). docs/benchmarks.md has what it saves.
+cannot create itself when its parent is missing). bench/results/start-cpu-download-ab has what it saves.
 """
 
 from __future__ import annotations

@@ -53,7 +53,7 @@ class PoolClient:
     is whatever the process that built the app had in its environment when it imported Ray
     Serve: `trilemma serve` imports it before it sets the transport, and its handles went through
     the object store while the config asked for gRPC (a chunk took 25 ms from replica to router at
-    16 streams, against 1.3 ms by gRPC: bench/results/hops-fake-pace.md).
+    16 streams, against 1.3 ms by gRPC: bench/results/hops-fake-pace/README.md).
     """
 
     def __init__(

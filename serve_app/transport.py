@@ -9,16 +9,16 @@ default ones, `transport_env` is what they must match).
 Why the defaults: on the stock path a first token crosses Serve's Python proxy, the object
 store twice and a thread hop in each replica. With HAProxy and user code on each replica's
 own loop the app's own part of a first token fell from 43.5 to 20.3 ms at 1 in flight and from
-105 to 57 ms at 4 on a 2-core CPU (bench/results/hops-cpu*.md, one session), and from 15.6 to
+105 to 57 ms at 4 on a 2-core CPU (bench/results/hops-cpu/, back to back), and from 15.6 to
 10.8 ms at 1 and 37.8 to 26.8 ms at 16 on an H200 (bench/results/gpu-h200/hops-8b*.md, two
-sessions).
+machines).
 
 The environment does not decide one thing: how the router's calls into the pools travel. A
 handle takes that from the process that built the app, as it was when that process imported Ray
 Serve: `trilemma serve` imported it before it set anything here, so the calls of those runs still
 went through the object store. The router now sets it on its handles from this config
 (`router/pool_client.py`); by gRPC a chunk took 1.3 ms from replica to router against 25 ms
-at 16 streams (fake engines at 5 ms a token, 2-core CPU: bench/results/hops-fake-pace.md).
+at 16 streams (fake engines at 5 ms a token, 2-core CPU: bench/results/hops-fake-pace/README.md).
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ QUESTIONS = [
 ]
 ANSWER_TOKENS = 16
 # bf16 keeps 8 bits of mantissa; on an AVX2 CPU every bf16 answer that left the fp32 reference
-# did so where the reference's gap was 0.23 nats or less (bench/results/cpu-dtype-avx2-epyc.md).
+# did so where the reference's gap was 0.23 nats or less (bench/results/cpu-dtype/cpu-dtype-avx2-epyc.md).
 BF16_NEAR_TIE_NATS = 0.5
 
 

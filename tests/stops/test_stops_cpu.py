@@ -32,7 +32,7 @@ READY_TIMEOUT_S = 900.0  # the first start may compile the engine's kernels (doc
 # `trilemma serve` every way; `make serve` the ways a terminal or a supervisor stops its group
 # (group SIGTERM under make, then more starts, is how leftovers were first found). Every pair of
 # launcher and stop, a benchmark that starts the app too, is measured by `trilemma bench stops
-# --launchers serve,make,bench` (bench/results/stops-cpu.md): a minute and a half a start is
+# --launchers serve,make,bench` (bench/results/stops-cpu/stops-cpu.md): a minute and a half a start is
 # more than this tier can spend on each.
 CASES = [("serve", name) for name in STOPS] + [("make", "ctrl-c"), ("make", "sigterm-group")]
 

@@ -64,7 +64,7 @@ def test_a_limit_without_a_measurement_is_a_config_error():
            "scenarios": {"chat": {"priority": 0, "prefer": "cheapest", "max_quality_loss": {"perplexity": 0.5}}}}
     with pytest.raises(ValueError, match=r"scenarios \['chat'\] set max_quality_loss, but quality.results"):
         TrilemmaConfig.from_dict(raw)
-    raw["quality"] = {"results": "bench/results/quality-cpu.json"}
+    raw["quality"] = {"results": "bench/results/quality-cpu/quality-cpu.json"}
     assert TrilemmaConfig.from_dict(raw).scenarios["chat"].max_quality_loss.perplexity == 0.5
     with pytest.raises(ValueError, match="nats"):
         TrilemmaConfig.from_dict({**raw, "scenarios": {"chat": {"priority": 0, "max_quality_loss": {"nats": 1}}}})
