@@ -298,13 +298,19 @@ async def test_a_scenario_no_pool_serves_is_refused_before_any_pool_is_called():
     assert not any(pool.sent for pool in r.pools.values())
 
 
+async def sent_while_the_count_runs(r, request) -> asyncio.Future:
+    """The request served as far as its first item to the short pool; the count has not returned."""
+    serving = asyncio.ensure_future(serve(r, request))
+    while not r.pools["short"].sent:
+        await asyncio.sleep(0)
+    return serving
+
+
 async def test_a_plan_made_on_the_estimate_moves_when_the_exact_count_differs():
     counter = ScriptedCounter(SHORT, LONG, counted=False)
     r = router(counter)
     # The short pool holds the request's first item until the count confirms its plan.
-    serving = asyncio.ensure_future(serve(r, chat()))
-    while not r.pools["short"].sent:
-        await asyncio.sleep(0)
+    serving = await sent_while_the_count_runs(r, chat())
     counter.count_done()
     response = await serving
     assert response.headers[wire.POOL_HEADER] == "long"
@@ -317,9 +323,7 @@ async def test_a_plan_made_on_the_estimate_moves_when_the_exact_count_differs():
 async def test_a_plan_the_exact_count_confirms_stays_and_is_named_then():
     counter = ScriptedCounter(SHORT, SHORT + 7, counted=False)
     r = router(counter)
-    serving = asyncio.ensure_future(serve(r, chat()))
-    while not r.pools["short"].sent:
-        await asyncio.sleep(0)
+    serving = await sent_while_the_count_runs(r, chat())
     counter.count_done()
     response = await serving
     assert response.headers[wire.POOL_HEADER] == "short"
@@ -416,9 +420,7 @@ async def test_a_completion_goes_to_the_pools_completions_method():
 async def test_the_client_leaving_while_the_count_runs_withdraws_the_request():
     counter = ScriptedCounter(SHORT, SHORT, counted=False)
     r = router(counter)
-    serving = asyncio.ensure_future(serve(r, chat()))
-    while not r.pools["short"].sent:
-        await asyncio.sleep(0)
+    serving = await sent_while_the_count_runs(r, chat())
     serving.cancel()
     with pytest.raises(asyncio.CancelledError):
         await serving
