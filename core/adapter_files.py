@@ -44,7 +44,7 @@ class AdapterFiles:
 
     rank: int
     alpha: float
-    target_modules: tuple[str, ...]
+    target_modules: tuple[str, ...]  # in LINEAR_MODULES' order
     tensors: int
     bytes: int  # of adapter_model.safetensors on disk
 
@@ -211,7 +211,9 @@ def _targets(declared: Any, name: str) -> tuple[str, ...]:
     for module in declared:
         if module.rsplit(".", 1)[-1] not in LINEAR_MODULES:
             raise AdapterRefused(name, f"targets {module}, which the base has no module named")
-    return tuple(dict.fromkeys(module.rsplit(".", 1)[-1] for module in declared))
+    # In the base's order: peft writes the list from a set, in no order of its own.
+    named = {module.rsplit(".", 1)[-1] for module in declared}
+    return tuple(module for module in LINEAR_MODULES if module in named)
 
 
 def _check_tensors(tensors: dict[str, Any], base: BaseShapes, rank: int, targets: tuple[str, ...], name: str) -> None:

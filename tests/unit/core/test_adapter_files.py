@@ -46,6 +46,10 @@ def test_the_mlp_modules_all_linear_and_a_regex_are_understood(tmp_path):
     folder = write_random_adapter(tmp_path / "qv", BASE, "tiny", modules=("q_proj", "v_proj"),
                                   target_modules=r".*\.(q|v)_proj")
     assert inspect_adapter(folder, BASE, name="qv").target_modules == ("q_proj", "v_proj")
+    # peft writes its target list from a set: any order reads as the base's.
+    folder = write_random_adapter(tmp_path / "shuffled", BASE, "tiny", modules=ATTENTION,
+                                  target_modules=["o_proj", "k_proj", "q_proj", "v_proj"])
+    assert inspect_adapter(folder, BASE).target_modules == ATTENTION
 
 
 def test_a_rank_over_the_pools_max_is_refused(tmp_path):
