@@ -150,6 +150,8 @@ def read_safetensors_header(path: Path, name: str) -> dict[str, Any]:
         end = max(end, stop)
     if end > data_bytes:
         raise corrupt(f"truncated data: the header describes {end} bytes, the file holds {data_bytes}")
+    if end < data_bytes:  # safetensors refuses these too: the file is not the one its header describes
+        raise corrupt(f"{data_bytes - end} bytes after the last tensor")
     return header
 
 

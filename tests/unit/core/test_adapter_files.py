@@ -98,6 +98,10 @@ def test_truncated_data_and_a_garbage_header_are_caught(tmp_path):
     with pytest.raises(AdapterRefused, match=r"not a safetensors file \(truncated data: the header describes \d+ "
                                              r"bytes, the file holds \d+\)$"):
         inspect_adapter(folder, BASE)
+    weights.write_bytes(whole + b"extra")
+    with refused("adapter 'tagged': adapter_model.safetensors is not a safetensors file "
+                 "(5 bytes after the last tensor)"):
+        inspect_adapter(folder, BASE)
     weights.write_bytes(struct.pack("<Q", 4) + b"\xff\xfe{}")
     with refused("adapter 'tagged': adapter_model.safetensors is not a safetensors file (header is not JSON)"):
         inspect_adapter(folder, BASE)
