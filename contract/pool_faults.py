@@ -31,6 +31,32 @@ class PoolOverloaded(Exception):
         return self.message
 
 
+class AdapterUnusable(Exception):
+    """An adapter a replica will not load (its files, its base or its rank), said before any
+    engine sees it: the request is refused and the replica goes on serving."""
+
+    def __init__(self, pool: str, adapter: str, reason: str, over_rank: bool) -> None:
+        super().__init__(pool, adapter, reason, over_rank)
+        self.pool, self.adapter, self.reason, self.over_rank = pool, adapter, reason, over_rank
+
+    @property
+    def status(self) -> int:
+        """400 for a rank the pool's engines are set up not to take (a limit, named); 422 for
+        an adapter that cannot be served as configured."""
+        return 400 if self.over_rank else 422
+
+    @property
+    def code(self) -> str:
+        return "adapter_rank_too_high" if self.over_rank else "adapter_unusable"
+
+    @property
+    def message(self) -> str:
+        return f"adapter {self.adapter!r} cannot be served by pool {self.pool!r}: {self.reason}"
+
+    def __str__(self) -> str:
+        return self.message
+
+
 class EngineDied(Exception):
     """What a pool replica raises for a request once its engine is dead: the router sends the
     request elsewhere, and Serve's health check replaces the replica."""

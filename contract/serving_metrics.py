@@ -5,7 +5,7 @@ Ray's metrics agent on each node serves them (`local_ray.metrics_export_port`) w
 so queries use the names below. Counters end in `_total`, as Prometheus expects.
 
 Two recorders: the router's, per request (tokens, dollars, latencies by pool, scenario,
-priority and tenant), and each pool replica's: per interval, busy and idle dollars from its
+priority, tenant and LoRA adapter), and each pool replica's: per interval, busy and idle dollars from its
 busy clock and its queue's depth; per event, requests its admission queue shed.
 """
 
@@ -16,6 +16,7 @@ from typing import Any
 from ray.util.metrics import Counter, Gauge, Histogram
 
 from core import wire
+from core.adapter_config import NO_ADAPTER
 
 # Spans a one-token reply on a small model to a long document on a large one.
 COST_BOUNDARIES_USD = [1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0]
@@ -25,7 +26,8 @@ class RequestMetrics:
     """What the router records for every answered request."""
 
     def __init__(self) -> None:
-        by_request = ("pool", "scenario", "tenant")
+        # `adapter`: a configured adapter's name or "base", never the request's own text: bounded series.
+        by_request = ("pool", "scenario", "tenant", "adapter")
         self.tokens = Counter(
             wire.TOKENS_TOTAL, "Tokens processed, by direction (prompt or completion).",
             tag_keys=("direction", *by_request),
@@ -40,11 +42,11 @@ class RequestMetrics:
         )
         self.cost_histogram = Histogram(
             wire.REQUEST_COST_USD, "Dollars per request.", boundaries=COST_BOUNDARIES_USD,
-            tag_keys=("pool", "scenario"),
+            tag_keys=("pool", "scenario", "adapter"),
         )
         self.ttft = Histogram(
             wire.TTFT_SECONDS, "Time to first token of streamed requests, at the router.",
-            boundaries=list(wire.TTFT_BUCKETS_S), tag_keys=("pool", "scenario", "priority"),
+            boundaries=list(wire.TTFT_BUCKETS_S), tag_keys=("pool", "scenario", "priority", "adapter"),
         )
         self.tokens_saved = Counter(
             wire.PROMPT_TOKENS_SAVED_TOTAL, "Prompt tokens removed by whitespace normalization.",
@@ -57,7 +59,7 @@ class RequestMetrics:
         )
         self.tpot = Histogram(
             wire.TPOT_SECONDS, "Time per output token after the first, of streamed requests.",
-            boundaries=list(wire.TPOT_BUCKETS_S), tag_keys=("pool", "scenario", "priority"),
+            boundaries=list(wire.TPOT_BUCKETS_S), tag_keys=("pool", "scenario", "priority", "adapter"),
         )
 
         self.daily_budget = Gauge(
@@ -79,8 +81,9 @@ class RequestMetrics:
     def record(
         self, *, pool: str, scenario: str, tenant: str, status: int, usage: dict[str, Any] | None,
         priority: int | None = None, ttft_s: float | None = None, decode_s: float | None = None,
+        adapter: str = NO_ADAPTER,
     ) -> None:
-        tags = {"pool": pool, "scenario": scenario, "tenant": tenant}
+        tags = {"pool": pool, "scenario": scenario, "tenant": tenant, "adapter": adapter}
         klass = "none" if priority is None else str(priority)
         self.requests.inc(1, {**tags, "priority": klass, "status": str(status)})
         if not usage:
@@ -91,7 +94,7 @@ class RequestMetrics:
         if completion:
             self.tokens.inc(completion, {**tags, "direction": "completion"})
         cost = usage.get("cost_usd")
-        by_pool = {"pool": pool, "scenario": scenario}
+        by_pool = {"pool": pool, "scenario": scenario, "adapter": adapter}
         if cost is not None:
             if cost > 0:
                 self.cost.inc(cost, tags)

@@ -38,6 +38,10 @@ class AdapterRefused(ValueError):
         self.reason = reason
 
 
+class AdapterOverRank(AdapterRefused):
+    """An adapter of a higher rank than the pool's engines take: a request for it is refused with 400."""
+
+
 @dataclass(frozen=True)
 class AdapterFiles:
     """What an accepted adapter is: its rank and scaling, the modules it changes, and its size."""
@@ -106,7 +110,7 @@ def refuse_over_rank(name: str, adapter: AdapterFiles, max_lora_rank: int) -> No
     """Refuses an adapter whose rank a pool's engine would refuse: vLLM answers that with a bare
     500 at load time, so the router says it first, naming both numbers."""
     if adapter.rank > max_lora_rank:
-        raise AdapterRefused(name, f"rank {adapter.rank} is over the pool's max_lora_rank {max_lora_rank}")
+        raise AdapterOverRank(name, f"rank {adapter.rank} is over the pool's lora.max_lora_rank {max_lora_rank}")
 
 
 def read_safetensors_header(path: Path, name: str) -> dict[str, Any]:

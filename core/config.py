@@ -10,6 +10,7 @@ from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, model_
 
 # The sections below live in modules of their own; they are re-exported here, where every
 # caller looks for the config's parts.
+from core.adapter_config import NO_ADAPTER, AdapterConfig, PoolLoraConfig
 from core.alerts_config import AlertsConfig
 from core.autoscaling_config import AutoscalingConfig, PoolScalingConfig
 from core.config_base import ConfigError, StrictModel, read_yaml
@@ -25,7 +26,7 @@ from core.pool_config import (
 )
 
 __all__ = [
-    "ARRIVAL_HEADROOM", "AlertsConfig", "CONFIG_DIR", "EMBEDDED_MODEL_REF", "DEFAULT_CONFIG_PATH", "PROJECT_ROOT", "DEFAULT_QUEUE_SHARE", "REPLICA_ROUTERS",
+    "ARRIVAL_HEADROOM", "AdapterConfig", "AlertsConfig", "NO_ADAPTER", "PoolLoraConfig", "CONFIG_DIR", "EMBEDDED_MODEL_REF", "DEFAULT_CONFIG_PATH", "PROJECT_ROOT", "DEFAULT_QUEUE_SHARE", "REPLICA_ROUTERS",
     "AdmissionConfig", "AutoscalingConfig", "ConfigError", "CostConfig", "HttpConfig", "IdleSleepConfig", "LocalRayConfig",
     "ModelSpec", "PoolConfig", "PoolScalingConfig", "RouterConfig", "RoutingConfig", "ScenarioConfig",
     "StreamBatchingConfig", "StrictModel", "TenantsConfig", "TransportConfig", "TrilemmaConfig", "resolve_config_path",
@@ -232,6 +233,11 @@ class TrilemmaConfig(StrictModel):
     routing: RoutingConfig = Field(default_factory=RoutingConfig, description="How a request finds its scenario and pool.")
     router: RouterConfig = Field(default_factory=RouterConfig, description="The router (ingress) deployment.")
     pools: dict[str, PoolConfig] = Field(description="Engine pools by name.")
+    adapters: dict[str, AdapterConfig] = Field(
+        default_factory=dict,
+        description="LoRA adapters by public name: a request that names one as its `model` is served by its "
+        "base model's pools that set `lora`, with the adapter applied; /v1/models lists each with its base.",
+    )
     scenarios: dict[str, ScenarioConfig] = Field(description="Scenario profiles by name.")
     costs: CostConfig = Field(default_factory=CostConfig, description="Prices: the catalog and live cloud prices.")
     autoscaling: AutoscalingConfig = Field(
@@ -264,6 +270,7 @@ class TrilemmaConfig(StrictModel):
                     f"configured: {sorted(self.pools)}"
                 )
         self._check_models()
+        self._check_adapters()
         for pool_name, pool in self.pools.items():
             unlisted = sorted({s.priority for s in self.scenarios.values()} - set(pool.admission.queue_share))
             if unlisted:
@@ -316,6 +323,19 @@ class TrilemmaConfig(StrictModel):
                         f"serving it ({sorted(self.pools_serving(model_name))}) is one the scenario may use"
                     )
 
+    def _check_adapters(self) -> None:
+        for name, adapter in self.adapters.items():
+            if name in self.models or name == NO_ADAPTER:
+                reserved = "the label of requests without an adapter" if name == NO_ADAPTER else "a model's name"
+                raise ValueError(f"adapters.{name}: the name is {reserved}; give the adapter a name of its own")
+            if adapter.base not in self.models:
+                raise ValueError(f"adapters.{name}.base {adapter.base!r} is not a model the app serves; "
+                                 f"served: {sorted(self.models)}")
+            if not self.pools_serving(adapter.base, adapters=True):
+                raise ValueError(
+                    f"adapters.{name}: no pool serving its base {adapter.base!r} sets `lora` "
+                    f"(pools serving it: {sorted(self.pools_serving(adapter.base))})")
+
     def pool_model(self, pool_name: str) -> ModelSpec:
         """The model a pool's engines serve: its own, or the app's."""
         return self.pools[pool_name].model or self.model
@@ -330,13 +350,23 @@ class TrilemmaConfig(StrictModel):
         """The model of a request that names none: the app's, or the first pool's when no pool serves it."""
         return self.model.name if self.model.name in self.models else next(iter(self.models))
 
-    def pools_serving(self, model_name: str, scenario: ScenarioConfig | None = None) -> list[str]:
+    def pools_serving(self, model_name: str, scenario: ScenarioConfig | None = None, *,
+                      adapters: bool = False) -> list[str]:
         """The pools whose engines serve `model_name`, and, where `scenario` is given, that it may
-        use for that model (its pools, its precision, its models)."""
+        use for that model (its pools, its precision, its models); with `adapters`, only those
+        that serve the model's adapters."""
         if scenario is not None and scenario.models is not None and model_name not in scenario.models:
             return []
         return [name for name, pool in self.pools.items()
-                if self.pool_model(name).name == model_name and (scenario is None or scenario.admits(name, pool))]
+                if self.pool_model(name).name == model_name and (scenario is None or scenario.admits(name, pool))
+                and (not adapters or pool.lora is not None)]
+
+    def adapters_of_pool(self, pool_name: str) -> dict[str, AdapterConfig]:
+        """The adapters a pool's replicas may load: those of its model, where it sets `lora`."""
+        if self.pools[pool_name].lora is None:
+            return {}
+        model = self.pool_model(pool_name).name
+        return {name: adapter for name, adapter in self.adapters.items() if adapter.base == model}
 
     def _check_concurrency_rule(self, pool_name: str, scaling: PoolScalingConfig) -> None:
         rule, pool = scaling.raise_concurrency, self.pools[pool_name]

@@ -6,12 +6,14 @@ from typing import Any, Literal
 
 from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, model_validator
 
+from core.adapter_config import PoolLoraConfig
 from core.config_base import StrictModel
 from core.model_spec import ModelSpec
 
 # Settings with a field of their own; repeating them in engine_kwargs would give two truths.
 _OWNED_ENGINE_KWARGS = ("max_model_len", "max_num_seqs", "quantization", "enable_sleep_mode", "kv_cache_memory_bytes",
-                        "distributed_executor_backend")  # engine_process
+                        "distributed_executor_backend",  # engine_process
+                        "enable_lora", "max_loras", "max_lora_rank", "max_cpu_loras")  # lora
 GIB = 1 << 30
 # Real-time, quality, cost, batch: each class below may fill less of a replica's queue.
 DEFAULT_QUEUE_SHARE = {0: 1.0, 1: 0.75, 2: 0.5, 3: 0.25}
@@ -169,6 +171,12 @@ class PoolConfig(StrictModel):
     engine_kwargs: dict[str, Any] = Field(
         default_factory=dict, description="Further vLLM engine arguments, passed through as given."
     )
+    lora: PoolLoraConfig | None = Field(
+        None,
+        description="Serve the configured `adapters` of this pool's model: adapters load on demand into each "
+        "replica (at most lora.max_resident at once) and requests for one prefer a replica that holds it. "
+        "Null: the pool serves its base model only.",
+    )
     stream_batching: StreamBatchingConfig = Field(
         default_factory=StreamBatchingConfig,
         description="How each replica sends an answer's tokens on: one by one, or batched while busy.",
@@ -204,6 +212,12 @@ class PoolConfig(StrictModel):
         shadowed = sorted(set(self.engine_kwargs) & set(_OWNED_ENGINE_KWARGS))
         if shadowed:
             raise ValueError(f"engine_kwargs must not set {shadowed}: use the pool's own fields")
+        return self
+
+    @model_validator(mode="after")
+    def _lora_serves_generation(self) -> PoolConfig:
+        if self.lora is not None and self.embeds:
+            raise ValueError("lora serves adapters of a generative model; this pool's engine embeds")
         return self
 
     @model_validator(mode="after")

@@ -55,6 +55,29 @@ class PoolEngine(VLLMEngine):
         if self._oai_serving_tokenization is None:
             self._oai_serving_tokenization = getattr(self._app_state, "serving_tokenization", None)
 
+    async def load_adapter(self, name: str, folder: str) -> None:
+        """Registers the LoRA adapter in `folder` as the model `name` and loads it into the engine
+        (vLLM's own dynamic loading, as its /v1/load_lora_adapter does); a no-op if registered."""
+        from vllm.entrypoints.serve.lora.protocol import LoadLoRAAdapterRequest
+
+        if name in self._oai_models.lora_requests:
+            return
+        answer = await self._oai_models.load_lora_adapter(LoadLoRAAdapterRequest(lora_name=name, lora_path=folder))
+        error = getattr(answer, "error", None)
+        if error is not None:
+            raise RuntimeError(error.message)
+
+    async def unload_adapter(self, name: str) -> None:
+        """Unregisters the adapter and drops it from the engine's caches. vLLM's own unload only
+        unregisters the name, leaving the weights in the engine's CPU and GPU caches."""
+        from vllm.entrypoints.serve.lora.protocol import UnloadLoRAAdapterRequest
+
+        registered = self._oai_models.lora_requests.get(name)
+        if registered is None:
+            return
+        await self._oai_models.unload_lora_adapter(UnloadLoRAAdapterRequest(lora_name=name))
+        await self._engine_client.remove_lora(registered.lora_int_id)
+
     def _start_async_llm_engine(self, engine_args: Any, vllm_config: Any, placement_group: Any) -> Any:
         # The engine core's process starts in here: bound to the replica, and forked where the
         # replica runs a forkserver (engine.preload says why). vLLM's NUMA binding wraps

@@ -10,7 +10,7 @@ from ray.serve.deployment import Application
 from ray.serve.llm import LLMConfig, build_llm_deployment
 
 from cluster.node_types import accelerator_resource
-from core.config import REPLICA_ROUTERS, ConfigError, ModelSpec, PoolConfig
+from core.config import REPLICA_ROUTERS, AdapterConfig, ConfigError, ModelSpec, PoolConfig
 from core.int8_checkpoint import VLLM_METHOD, W8A8_INT8, prepare_w8a8_int8
 from core.model_store import default_cache_dir
 from core.pool_config import GIB
@@ -55,6 +55,8 @@ def llm_config_for_pool(
         engine_kwargs["enable_sleep_mode"] = True
     if pool.kv_cache_gib is not None:
         engine_kwargs["kv_cache_memory_bytes"] = int(pool.kv_cache_gib * GIB)
+    if pool.lora is not None:
+        engine_kwargs.update(pool.lora.engine_kwargs())
     placement: dict[str, Any]
     replica_gpus = 0.0
     env = dict(pool.env)
@@ -105,9 +107,11 @@ def llm_config_for_pool(
 def build_pool_deployment(
     pool_name: str, pool: PoolConfig, llm_config: LLMConfig, rate: ReplicaRate,
     engine_cls: type | None = None, max_in_engine_ceiling: int | None = None,
+    adapters: dict[str, AdapterConfig] | None = None,
 ) -> Application:
     """`engine_cls` swaps the vLLM engine for another LLMEngine (tests use a fake one);
-    `max_in_engine_ceiling` lets the autoscaler raise the engine concurrency up to it."""
+    `max_in_engine_ceiling` lets the autoscaler raise the engine concurrency up to it;
+    `adapters` are the LoRA adapters its replicas may load (TrilemmaConfig.adapters_of_pool)."""
     if pool.sleep_when_idle.after_s is not None and pool.is_cpu and engine_cls is None:
         raise ConfigError(
             f"pools.{pool_name}.sleep_when_idle: vLLM's sleep mode needs a GPU and this pool's "
@@ -120,6 +124,8 @@ def build_pool_deployment(
         "cpu_niceness": pool.cpu_niceness, "cpu_engine": pool.is_cpu,
         "stream_batching": pool.stream_batching.model_dump(),
         "sleep_when_idle": pool.sleep_when_idle.model_dump(),
+        "lora": pool.lora.model_dump() if pool.lora is not None else None,
+        "adapters": {name: adapter.model_dump() for name, adapter in (adapters or {}).items()},
     }
     if engine_cls is not None:
         bind_kwargs["engine_cls"] = engine_cls

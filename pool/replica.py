@@ -21,10 +21,11 @@ from ray.serve.llm import LLMConfig
 from ray.serve.llm.deployment import LLMServer  # Ray 2.58 warns on the `ray.serve.llm` alias
 
 from autoscaling.control_board import RayControlBoard, concurrency_key, replica_start_key
-from contract.pool_faults import EngineDied, engine_death_reason
+from contract.pool_faults import AdapterUnusable, EngineDied, engine_death_reason
 from contract.request_timeline import RequestTimeline
 from contract.serving_metrics import PoolMetrics
-from core.config import AdmissionConfig, IdleSleepConfig, StreamBatchingConfig
+from core.config import AdapterConfig, AdmissionConfig, IdleSleepConfig, PoolLoraConfig, StreamBatchingConfig
+from core.model_store import default_cache_dir
 from core.pool_config import engine_embeds
 from core.price_catalog import ReplicaRate
 from core.upstream import (
@@ -43,6 +44,7 @@ from pool.admission_queue import AdmissionQueue
 from pool.engine_activity import EngineActivity
 from pool.engine_sleep import EngineSleep
 from pool.latency_window import LatencyWindow
+from pool.resident_adapters import ResidentAdapters, base_model_config
 from pool.request_metering import metered, prompt_tokens_hint, routed_max_tokens, with_timeline
 from pool.stream_batching import StreamBatching, batched_stream
 from pool.work_share import WorkShare
@@ -82,7 +84,7 @@ class PoolServer(LLMServer):
         self, llm_config: LLMConfig, *, pool_name: str, replica_rate: dict, admission: dict,
         max_in_engine: int, max_in_engine_ceiling: int | None = None, cpu_niceness: int | None = None,
         cpu_engine: bool = False, stream_batching: dict | None = None, sleep_when_idle: dict | None = None,
-        **kwargs: Any
+        lora: dict | None = None, adapters: dict[str, dict] | None = None, **kwargs: Any
     ) -> None:
         self._constructed_at = time.monotonic()
         # Before the base constructor, which starts the engine: its processes inherit the value.
@@ -106,7 +108,52 @@ class PoolServer(LLMServer):
             AdmissionPolicy.from_config(AdmissionConfig(**admission), max_in_engine),
             on_shed=self._metrics.shed,
         )
+        self._lora = PoolLoraConfig(**lora) if lora is not None else None
+        self._resident = self._resident_adapters(llm_config, adapters or {})
         await super().__init__(llm_config, **kwargs)
+
+    def _resident_adapters(self, llm_config: LLMConfig, adapters: dict[str, dict]) -> ResidentAdapters | None:
+        if self._lora is None:
+            return None
+        source = llm_config.model_loading_config.model_source
+        return ResidentAdapters(
+            self._pool_name, {name: AdapterConfig(**adapter) for name, adapter in adapters.items()},
+            base_config=functools.partial(base_model_config, source), max_lora_rank=self._lora.max_lora_rank,
+            cache_dir=default_cache_dir() / "adapters",
+            load=lambda name, folder: self.engine.load_adapter(name, folder),
+            unload=lambda name: self.engine.unload_adapter(name),
+        )
+
+    def _init_multiplex_loader(self, model_downloader_cls: Any = None) -> None:
+        """A pool with `lora` loads its configured adapters through Ray Serve's multiplexing: a
+        per-replica LRU of lora.max_resident adapters, which Serve's routers know of and send
+        each adapter's requests to (router.replica_router). Ray Serve LLM's own loader takes
+        cloud paths only and names adapters `base:suffix`, so it is not used."""
+        if self._resident is None:
+            return super()._init_multiplex_loader(model_downloader_cls)
+        resident = self._resident
+
+        async def load(name: str) -> Any:
+            return await resident.load(name)
+
+        self._load_model = serve.multiplexed(max_num_models_per_replica=self._lora.max_resident)(load)
+
+    async def _maybe_resolve_lora_from_multiplex(self) -> None:
+        """Loads the request's adapter (named by the router as its multiplexed model id) unless
+        this replica holds it; the request that loads it pays the load (pool.request_metering)."""
+        name = serve.get_multiplexed_model_id()
+        if not name:
+            return
+        if self._resident is None:
+            raise AdapterUnusable(self._pool_name, name, "the pool sets no `lora`", over_rank=False)
+        self._activity.begin()  # the engine is busy loading: the pool's busy time, this request's cost
+        try:
+            adapter = await self._load_model(name)
+        finally:
+            self._activity.end()
+        pending = _PENDING_METER.get(None)
+        if pending is not None:
+            pending.adapter_load_s = adapter.take_load_s()
 
     async def start(self) -> None:
         started = time.monotonic()
@@ -369,10 +416,11 @@ class _PendingMeter:
         self._meter = meter
         self.timeline = timeline
         self.applied = False
+        self.adapter_load_s = 0.0  # set before the stream starts when the request loads its adapter
 
     def wrap(self, stream: AsyncGenerator[Any, None]) -> AsyncGenerator[Any, None]:
         self.applied = True
-        return self._meter(stream)
+        return self._meter(stream, adapter_load_s=self.adapter_load_s)
 
 
 # LLMServer._run_request creates the engine stream and batches it in one call; the batching

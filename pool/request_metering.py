@@ -8,6 +8,9 @@ request's share of the replica's busy time is priced and written into that usage
     "usage": {"prompt_tokens": 12, "completion_tokens": 9, "total_tokens": 21,
               "cost_usd": 1.9e-07, "engine_busy_s": 0.0138,
               "cost_breakdown_usd": {"hardware": 1.7e-07, "energy": 3.7e-10, "premium": 1.7e-08}}
+
+A request that made its replica load a LoRA adapter also pays for the load: its seconds join
+the request's busy time, and the usage says them apart as "adapter_load_s".
 """
 
 from __future__ import annotations
@@ -43,8 +46,11 @@ def routed_max_tokens(request: Any) -> int | None:
     return value if isinstance(value, int) else None
 
 
-def usage_fields(rate: ReplicaRate | None, busy_s: float) -> dict[str, Any]:
+def usage_fields(rate: ReplicaRate | None, busy_s: float, adapter_load_s: float = 0.0) -> dict[str, Any]:
+    """The priced usage of `busy_s` of the engine's time, `adapter_load_s` of which loaded an adapter."""
     fields: dict[str, Any] = {"engine_busy_s": busy_s}
+    if adapter_load_s:
+        fields["adapter_load_s"] = adapter_load_s
     if rate is not None:
         cost = rate.breakdown(busy_s)
         fields["cost_usd"] = cost.pop("total")
@@ -60,6 +66,7 @@ async def metered(
     stream: AsyncGenerator[Any, None], *, activity: EngineActivity, work: WorkShare,
     rate: ReplicaRate | None, prompt_tokens: int, latency: LatencyWindow | None = None,
     arrived_at: float | None = None, timeline: RequestTimeline | None = None, max_tokens: int | None = None,
+    adapter_load_s: float = 0.0,
 ) -> AsyncGenerator[Any, None]:
     """Yields `stream`'s items unchanged except for the final usage, which gains the cost.
     A request that completes is counted in `latency`, with its TTFT (from `arrived_at`, its
@@ -77,7 +84,8 @@ async def metered(
         if usage is not None and not closed:
             closed = True
             completion_tokens = usage.get("completion_tokens") or 0
-            usage.update(usage_fields(rate, work.finish(share, completion_tokens)))
+            busy_s = work.finish(share, completion_tokens) + adapter_load_s
+            usage.update(usage_fields(rate, busy_s, adapter_load_s))
         return event
 
     try:
@@ -95,8 +103,8 @@ async def metered(
                 # decode speed; it is charged its share without teaching the replica.
                 closed = True
                 completion_tokens = item.usage.completion_tokens or 0
-                seconds = work.finish(share, completion_tokens, learn=False)
-                for key, value in usage_fields(rate, seconds).items():
+                seconds = work.finish(share, completion_tokens, learn=False) + adapter_load_s
+                for key, value in usage_fields(rate, seconds, adapter_load_s).items():
                     setattr(item.usage, key, value)
             yield item
     finally:

@@ -9,6 +9,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from contract.serving_metrics import RequestMetrics
+from core.adapter_config import NO_ADAPTER
 from core.errors import ApiError
 from core.upstream import get_logger
 from router.spend_ledger import ledger_handle, next_reset
@@ -62,6 +63,9 @@ class Accounting:
             raise ApiError(401, "invalid API key", code="invalid_api_key")
         return tenant
 
+    def default_adapter(self, tenant: str) -> str | None:
+        return self._tenants.default_adapter(tenant)
+
     async def check_budget(self, tenant: str) -> None:
         """429, naming the budget and its reset, when the tenant has spent its day's budget."""
         budget = self._tenants.daily_budget_usd(tenant)
@@ -74,12 +78,12 @@ class Accounting:
             raise ApiError(429, reason, code="budget_exceeded", headers={"Retry-After": str(retry_after)})
 
     def record(self, *, pool: str, scenario: str, tenant: str, priority: int | None, status: int,
-               usage: dict[str, Any] | None, **timings: float) -> None:
+               usage: dict[str, Any] | None, adapter: str = NO_ADAPTER, **timings: float) -> None:
         """Books a finished request on the metrics and on its tenant's spend. It never fails an
         answer that was served: a failure here is logged."""
         try:
-            self.metrics.record(pool=pool, scenario=scenario, tenant=tenant, priority=priority, status=status,
-                                usage=usage, **timings)
+            self.metrics.record(pool=pool, scenario=scenario, tenant=tenant, adapter=adapter, priority=priority,
+                                status=status, usage=usage, **timings)
             cost = (usage or {}).get("cost_usd")
             # Only budgets read the ledger: tenants without one cost it no call per request.
             if cost and self._tenants.daily_budget_usd(tenant) is not None:

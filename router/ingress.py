@@ -66,7 +66,7 @@ class TrilemmaRouter(OpenAiIngress):
         # The base class answers /v1/models from its model cards, one per public name; the handle
         # beside each is never called (requests go through the pool choice).
         super().__init__(
-            llm_deployments={name: pools[config.pools_serving(name)[0]] for name in model_cards},
+            llm_deployments={name: pools[config.pools_serving(_base_model(config, name))[0]] for name in model_cards},
             model_cards=model_cards,
         )
         self._config = config
@@ -142,9 +142,12 @@ class TrilemmaRouter(OpenAiIngress):
 
     async def scenario_models(self, scenario: str) -> ModelList:
         """`GET /api/<scenario>/models`: the models that scenario serves."""
-        allowed = self._models.allowed(self._pipeline.scenario(scenario, from_path=True))
+        config = self._pipeline.scenario(scenario, from_path=True)
+        allowed = self._models.allowed(config)
+        with_adapters = {model for model in allowed if self._config.pools_serving(model, config, adapters=True)}
         every = await self.models()
-        return ModelList(data=[card for card in every.data if card.id in allowed])
+        return ModelList(data=[card for card in every.data if card.id in allowed
+                               or _base_model(self._config, card.id) in with_adapters])
 
     async def server_health(self) -> Response:
         """`GET /health`: 200 while a pool can serve (vLLM's health check, for load balancers)."""
@@ -201,3 +204,9 @@ class TrilemmaRouter(OpenAiIngress):
             body, call_method, request, scenario_in_path=scenario_in_path,
             default_scenario=self._config.routing.default_scenario,
         ))
+
+
+def _base_model(config: TrilemmaConfig, name: str) -> str:
+    """The model a public name runs on: its own, or an adapter's base."""
+    adapter = config.adapters.get(name)
+    return adapter.base if adapter is not None else name

@@ -98,9 +98,12 @@ class RequestPipeline:
                 scenario = cheaper
                 request.answer_headers[wire.COST_PROFILE_HEADER] = profile.reason
         request.scenario = scenario
-        # The engine behind every pool of the model knows it by this name.
-        request.body.model = parts.models.resolve(request.body.model, request.scenario_name, scenario,
-                                                  request.pinned_pool)
+        # A request that names no model gets its tenant's adapter, where the tenant has one.
+        requested = request.body.model or parts.accounting.default_adapter(request.tenant)
+        pick = parts.models.pick(requested, request.scenario_name, scenario, request.pinned_pool)
+        # The engine behind every pool of the model knows it by this name (an adapter's by its own,
+        # set as the request leaves: router.pool_client).
+        request.body.model, request.adapter = pick.model, pick.adapter
         await parts.accounting.check_budget(request.tenant)
 
     def shape(self, request: RoutedRequest) -> None:
@@ -161,7 +164,7 @@ class RequestPipeline:
         client_wants_usage = bool(body.stream and body.stream_options and body.stream_options.include_usage)
         first, stream, ttft_ms = await self._parts.pool_client.open(
             pool, request.call_method, body, request.http, plan.prompt_tokens, request.scenario.priority,
-            request.timeline, hold=confirming,
+            request.timeline, hold=confirming, adapter=request.adapter,
         )
         prompt_tokens = (confirming.result() if confirming else plan).prompt_tokens
         record = self._recorder(request, pool)
@@ -215,7 +218,8 @@ class RequestPipeline:
         self._parts.accounting.record(
             pool=request.answer_headers.get(wire.POOL_HEADER, "none"),
             scenario=request.scenario_name if known else "unknown", tenant=request.tenant,
-            priority=known.priority if known else None, status=error.status, usage=None,
+            adapter=request.adapter_label, priority=known.priority if known else None, status=error.status,
+            usage=None,
         )
 
     # What the stages share.
@@ -244,7 +248,7 @@ class RequestPipeline:
         return self._parts.pool_chooser.choose(PoolRequest(
             scenario_name=request.scenario_name, scenario=request.scenario, model=request.body.model,
             prompt_tokens=prompt_tokens, max_tokens=max_tokens, pinned_pool=request.pinned_pool,
-            threshold_tokens=self._split_threshold(),
+            threshold_tokens=self._split_threshold(), adapter=request.adapter,
         ))
 
     def _split_threshold(self) -> int | None:
@@ -280,7 +284,8 @@ class RequestPipeline:
     def _recorder(self, request: RoutedRequest, pool: str) -> Callable[..., None]:
         """Meters the request's outcome on `pool` (the answer's usage, or its status)."""
         return functools.partial(self._parts.accounting.record, pool=pool, scenario=request.scenario_name,
-                                 tenant=request.tenant, priority=request.scenario.priority)
+                                 tenant=request.tenant, adapter=request.adapter_label,
+                                 priority=request.scenario.priority)
 
     async def _resume(
         self, request: RoutedRequest, pool: str, max_tokens: int, prompt_tokens: int, following: Any, reason: str,
@@ -294,7 +299,7 @@ class RequestPipeline:
         following.priority = self._engine_priority(decision.pool, request.scenario, 0)
         _, rest, _ = await self._parts.pool_client.open(
             decision.pool, request.call_method, following, request.http, prompt_tokens + sent,
-            request.scenario.priority,
+            request.scenario.priority, adapter=request.adapter,
         )
         return decision.pool, rest
 

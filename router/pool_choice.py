@@ -23,6 +23,7 @@ class PoolRequest:
     max_tokens: int
     pinned_pool: str | None = None
     threshold_tokens: int | None = None
+    adapter: str | None = None  # a LoRA adapter of `model`: only pools that set `lora` serve it
 
     @property
     def need(self) -> int:
@@ -44,10 +45,15 @@ class PoolChooser:
                 code="context_length_exceeded",
                 param="messages",
             )
-        if request.pinned_pool is not None:
-            return self._pinned(request)
-        candidates = {name: self._config.pools[name]
-                      for name in self._config.pools_serving(request.model, request.scenario)}
+        decision = self._pinned(request) if request.pinned_pool is not None else self._chosen(request)
+        if request.adapter is not None:
+            decision = dataclasses.replace(decision, reason=f"{decision.reason}; adapter {request.adapter!r}: to a "
+                                           "replica that holds it unless that one is much busier")
+        return decision
+
+    def _chosen(self, request: PoolRequest) -> RouteDecision:
+        candidates = {name: self._config.pools[name] for name in self._config.pools_serving(
+            request.model, request.scenario, adapters=request.adapter is not None)}
         # Pools that would take the request but are down: skipped, and named in the answer.
         outages = [
             outage for name, pool in candidates.items()
@@ -79,6 +85,9 @@ class PoolChooser:
         if served != request.model:
             raise ApiError(400, f"X-Trilemma-Pool names pool {name!r}, which serves model {served!r}, "
                                 f"not {request.model!r}", code="pool_model_mismatch", param="model")
+        if request.adapter is not None and pool.lora is None:
+            raise ApiError(400, f"X-Trilemma-Pool names pool {name!r}, which serves no adapters (it sets no `lora`), "
+                                f"for adapter {request.adapter!r}", code="pool_model_mismatch", param="model")
         if pool.max_model_len < request.need:
             raise ApiError(400, f"request needs {request.need} tokens, over pool {name!r}'s max_model_len "
                                 f"of {pool.max_model_len}", code="context_length_exceeded")

@@ -11,7 +11,7 @@ from typing import Any, AsyncGenerator
 from fastapi import HTTPException, Request
 from ray.serve.handle import DeploymentHandle
 
-from contract.pool_faults import PoolOverloaded, one_line, replica_failure
+from contract.pool_faults import AdapterUnusable, PoolOverloaded, one_line, replica_failure
 from contract.request_timeline import RequestTimeline
 from core import wire
 from core.errors import ApiError
@@ -69,14 +69,18 @@ class PoolClient:
 
     async def open(
         self, pool: str, call_method: str, body: Any, request: Request, prompt_tokens: int, priority: int,
-        timeline: RequestTimeline | None = None, hold: asyncio.Future | None = None,
+        timeline: RequestTimeline | None = None, hold: asyncio.Future | None = None, adapter: str | None = None,
     ) -> tuple[Any, AsyncGenerator, float]:
         """Sends the request to the pool: its first item, the stream (from that item on) and
         the time to it, in ms. A replica that is gone raises PoolFailed: safe to send elsewhere.
 
         `hold`, when given, is the caller's last word on the request, given while it travels:
         nothing is returned or raised before `hold` is done, and if it raises, the request is
-        withdrawn (its call cancelled) and that error raised."""
+        withdrawn (its call cancelled) and that error raised.
+
+        `adapter`, a LoRA adapter of the body's model, goes as the request's model (vLLM applies
+        the adapter registered under that name) and as its multiplexed model id, by which Serve's
+        routers prefer a replica that holds it and the replica loads it if it does not."""
         if isinstance(body, ChatCompletionRequest):
             body = sanitize_chat_completion_request(body)
         if body.stream:
@@ -86,10 +90,14 @@ class PoolClient:
             options = body.stream_options.model_copy(update={"include_usage": True}) \
                 if body.stream_options else StreamOptions(include_usage=True)
             body = body.model_copy(update={"stream_options": options})
+        pool_handle = self._pools[pool]
+        if adapter is not None:
+            body = body.model_copy(update={"model": adapter})
+            pool_handle = pool_handle.options(multiplexed_model_id=adapter)
         raw_request = RawRequestInfo.from_starlette_request(request)
         raw_request.headers[wire.PROMPT_TOKENS_HEADER] = str(prompt_tokens)
         raw_request.headers[wire.PRIORITY_HEADER] = str(priority)  # the pool's queue orders by it
-        handle = getattr(self._pools[pool], call_method)
+        handle = getattr(pool_handle, call_method)
         started = time.perf_counter()
         if timeline is not None:
             timeline.stamp("router_sent")
@@ -113,10 +121,12 @@ class PoolClient:
         if isinstance(error, StopAsyncIteration):
             return ApiError(502, "llm request failed: the engine returned nothing")
         # The engine or its replica failed: not the client's fault.
-        overloaded = _overload_of(error)
-        if overloaded is not None:
-            return ApiError(429, overloaded.message, code="pool_overloaded",
-                            headers={"Retry-After": str(overloaded.retry_after_s)})
+        refusal = _refusal_of(error)
+        if isinstance(refusal, PoolOverloaded):
+            return ApiError(429, refusal.message, code="pool_overloaded",
+                            headers={"Retry-After": str(refusal.retry_after_s)})
+        if isinstance(refusal, AdapterUnusable):  # the replica refused it before its engine saw it
+            return ApiError(refusal.status, refusal.message, code=refusal.code, param="model")
         gone = replica_failure(error)
         if gone is not None:  # nothing reached the client yet: safe to send elsewhere
             return PoolFailed(pool, gone)
@@ -155,10 +165,10 @@ def _raised_by(future: asyncio.Future | None, error: BaseException) -> bool:
     return future is not None and future.done() and not future.cancelled() and future.exception() is error
 
 
-def _overload_of(error: BaseException) -> PoolOverloaded | None:
+def _refusal_of(error: BaseException) -> PoolOverloaded | AdapterUnusable | None:
     """The pool's refusal inside a (possibly Ray-wrapped) exception. Ray's wrapper is an
     instance of the original class too, but with Ray's traceback as its text: prefer its cause."""
     for candidate in (getattr(error, "cause", None), error.__cause__, error):
-        if isinstance(candidate, PoolOverloaded):
+        if isinstance(candidate, (PoolOverloaded, AdapterUnusable)):
             return candidate
     return None

@@ -10,7 +10,7 @@ from fastapi import Request
 
 from contract.request_timeline import RequestTimeline
 from core import wire
-from core.config import ScenarioConfig
+from core.config import NO_ADAPTER, ScenarioConfig
 from router.route_plan import RoutePlan
 from router.scenarios import AppliedProfile
 from router.token_counter import PromptSize
@@ -27,6 +27,7 @@ class RoutedRequest:
 
     # admit
     tenant: str = "unauthenticated"
+    adapter: str | None = None  # the LoRA adapter applied on the body's model, by name or the tenant's default
     scenario: ScenarioConfig | None = None
     # The cost profile's tighter max_tokens cap, when it cut the scenario's: the answer then
     # says what the cap gives up on the pool that served it.
@@ -52,6 +53,11 @@ class RoutedRequest:
         name = scenario_in_path or http.headers.get(wire.SCENARIO_HEADER, default_scenario)
         return cls(body=body, call_method=call_method, http=http, scenario_name=name,
                    scenario_in_path=scenario_in_path is not None, timeline=timeline)
+
+    @property
+    def adapter_label(self) -> str:
+        """The `adapter` label of the request's metrics: a configured name, or NO_ADAPTER."""
+        return self.adapter or NO_ADAPTER
 
     @property
     def pinned_pool(self) -> str | None:

@@ -9,6 +9,7 @@ injects them); the app reads them where it is built and hands only their hashes 
       acme:
         key_sha256: 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08
         daily_budget_usd: 5.0
+        default_adapter: acme-support   # optional: its requests that name no model get this adapter
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import hmac
 import os
 import secrets
 from pathlib import Path
+from typing import Iterable
 
 import yaml
 from pydantic import Field, NonNegativeFloat
@@ -30,7 +32,11 @@ KEY_PREFIX = "tk-"
 class TenantEntry(StrictModel):
     key_sha256: str = Field(pattern=r"^[0-9a-f]{64}$", description="SHA-256 of the tenant's API key, hex.")
     daily_budget_usd: NonNegativeFloat | None = Field(
-        None, description="Most the tenant may spend per UTC day; null: no cap."
+        None, description="Most the tenant may spend per UTC day, across its models and adapters; null: no cap."
+    )
+    default_adapter: str | None = Field(
+        None, description="The LoRA adapter (a name in the config's `adapters`) of the tenant's requests that "
+        "name no model; null: the scenario's model.",
     )
 
 
@@ -73,6 +79,18 @@ class TenantDirectory:
         entry = self._entries.get(tenant)
         return entry.daily_budget_usd if entry else None
 
+    def default_adapter(self, tenant: str) -> str | None:
+        entry = self._entries.get(tenant)
+        return entry.default_adapter if entry else None
+
+    def check_adapters(self, adapters: Iterable[str]) -> None:
+        """Every tenant's default adapter is one the config serves."""
+        known = sorted(adapters)
+        for name, entry in self._entries.items():
+            if entry.default_adapter is not None and entry.default_adapter not in known:
+                raise ConfigError(f"tenant {name!r}: default_adapter {entry.default_adapter!r} is not in the "
+                                  f"config's adapters {known}")
+
     @property
     def entries(self) -> dict[str, TenantEntry]:
         return dict(self._entries)
@@ -90,8 +108,9 @@ class TenantDirectory:
             name, sep, key = item.partition(":")
             if not sep or not name or not key:
                 raise ConfigError(f"${env_var}: expected name:key[,name:key...], got an item without ':'")
-            budget = entries[name].daily_budget_usd if name in entries else None
-            entries[name] = TenantEntry(key_sha256=hash_key(key), daily_budget_usd=budget)
+            # The file's settings for a tenant whose key the environment holds.
+            settings = entries[name].model_dump(exclude={"key_sha256"}) if name in entries else {}
+            entries[name] = TenantEntry(key_sha256=hash_key(key), **settings)
         return cls(entries)
 
 
@@ -103,13 +122,17 @@ def read_tenants_file(path: str | Path) -> TenantsFile:
     return TenantsFile.validated(raw, str(path))
 
 
-def add_tenant(path: str | Path, name: str, daily_budget_usd: float | None) -> str:
+def add_tenant(path: str | Path, name: str, daily_budget_usd: float | None, default_adapter: str | None = None) -> str:
     """Adds (or re-keys) a tenant in the file and returns its new key, shown only this once.
-    Re-keying keeps the tenant's budget unless a new one is given."""
+    Re-keying keeps the tenant's budget and default adapter unless new ones are given."""
     current = read_tenants_file(path) if Path(path).exists() else TenantsFile()
     key = new_key()
-    if daily_budget_usd is None and name in current.tenants:
-        daily_budget_usd = current.tenants[name].daily_budget_usd
-    tenants = {**current.tenants, name: TenantEntry(key_sha256=hash_key(key), daily_budget_usd=daily_budget_usd)}
+    previous = current.tenants.get(name)
+    if daily_budget_usd is None and previous is not None:
+        daily_budget_usd = previous.daily_budget_usd
+    if default_adapter is None and previous is not None:
+        default_adapter = previous.default_adapter
+    entry = TenantEntry(key_sha256=hash_key(key), daily_budget_usd=daily_budget_usd, default_adapter=default_adapter)
+    tenants = {**current.tenants, name: entry}
     Path(path).write_text(yaml.safe_dump(TenantsFile(tenants=tenants).model_dump(), sort_keys=True))
     return key

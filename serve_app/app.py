@@ -38,8 +38,10 @@ def build_app(
     pools = {
         name: with_version(
             build_pool_deployment(name, config.pools[name], llm_config, rates[name], engine_cls,
-                                  max_in_engine_ceiling=config.max_in_engine_ceiling(name)),
+                                  max_in_engine_ceiling=config.max_in_engine_ceiling(name),
+                                  adapters=config.adapters_of_pool(name)),
             without_replica_counts({"pools": {name: config.pools[name].model_dump(mode="json")}}),
+            {name: adapter.model_dump(mode="json") for name, adapter in config.adapters_of_pool(name).items()},
             config.pool_model(name).model_dump(mode="json"), sources[config.pool_model(name).source],
             rates[name].model_dump(mode="json"), config.max_in_engine_ceiling(name), _qualname(engine_cls),
         )
@@ -48,6 +50,10 @@ def build_app(
     # The default model first: clients that take the first model listed get the app's default.
     names = sorted(config.models, key=lambda name: name != config.default_model)
     model_cards = {name: to_model_metadata(name, llm_configs[config.pools_serving(name)[0]]) for name in names}
+    # Each adapter after the models, a card of its base's with the base named as its parent (as vLLM lists them).
+    for name, adapter in config.adapters.items():
+        base = model_cards[adapter.base]
+        model_cards[name] = base.model_copy(update={"id": name, "metadata": {**base.metadata, "parent": adapter.base}})
     tokenizer_sources = {name: sources[spec.source] for name, spec in config.models.items()}
     router = serve.deployment(
         router_ingress_class(config.router.max_body_bytes),
@@ -62,8 +68,9 @@ def build_app(
     )
     rates_dump = {name: rate.model_dump() for name, rate in rates.items()}
     # Read here, where the keys file and environment are the operator's; only hashes travel.
-    tenants = {name: entry.model_dump() for name, entry in TenantDirectory.load(
-        config.tenants.keys_file, config.tenants.keys_env).entries.items()}
+    directory = TenantDirectory.load(config.tenants.keys_file, config.tenants.keys_env)
+    directory.check_adapters(config.adapters)
+    tenants = {name: entry.model_dump() for name, entry in directory.entries.items()}
     # Read here too: the file is where the config's author ran the measurement.
     quality = QualityLedger.from_result(config.quality.results).to_dict() if config.quality.results else None
     return with_version(

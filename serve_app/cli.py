@@ -52,6 +52,7 @@ def main(argv: list[str] | None = None, plugins: list[Callable] | None = None) -
     add.add_argument("name")
     add.add_argument("--file", required=True, help="the tenants YAML (the config's tenants.keys_file)")
     add.add_argument("--daily-budget-usd", type=float, help="most the tenant may spend per UTC day")
+    add.add_argument("--default-adapter", help="the LoRA adapter of the tenant's requests that name no model")
     add.set_defaults(func=_add_tenant)
     for add_plugin_commands in plugins if plugins is not None else _installed_plugins():
         add_plugin_commands(commands)
@@ -98,7 +99,7 @@ def _add_unavailable_command(name: str, error: ImportError, commands: argparse._
 def _add_tenant(args: argparse.Namespace) -> int:
     from router.tenants import add_tenant
 
-    key = add_tenant(args.file, args.name, args.daily_budget_usd)
+    key = add_tenant(args.file, args.name, args.daily_budget_usd, args.default_adapter)
     print(f"tenant {args.name!r} added to {args.file}; its API key (stored only as a hash):\n{key}")
     return 0
 

@@ -64,6 +64,7 @@ class FakeEngine(LLMEngine):
         self._dead = False
         self._asleep = False
         self._wake_s = float(os.environ.get("TRILEMMA_FAKE_WAKE_S", "0"))
+        self.adapters: set[str] = set()  # LoRA adapters loaded (by name), as vLLM's registry
 
     async def start(self) -> None:
         await asyncio.sleep(float(os.environ.get("TRILEMMA_FAKE_START_S", "0")))
@@ -88,7 +89,9 @@ class FakeEngine(LLMEngine):
             raise RuntimeError("fake engine crashed on request")
         stamp = f"served-by={self._stamp}"
         if getattr(request, "priority", 0):
-            stamp += f",priority={request.priority}"  # what an engine with priority scheduling sees
+            stamp += f",priority={request.priority}"
+        if request.model in self.adapters:
+            stamp += f",adapter={request.model}"  # what an answer with the adapter applied shows  # what an engine with priority scheduling sees
         words = [stamp] + [f"w{i}" for i in range(request.max_tokens - 1)]
         usage = UsageInfo(
             prompt_tokens=len(prompt.split()),
@@ -163,7 +166,14 @@ class FakeEngine(LLMEngine):
         return {}
 
     async def resolve_lora(self, lora_model) -> None:
-        raise NotImplementedError("the fake engine has no LoRA support")
+        raise NotImplementedError("the fake engine loads adapters by load_adapter, as engine.pool_engine does")
+
+    async def load_adapter(self, name: str, folder: str) -> None:
+        await asyncio.sleep(float(os.environ.get("TRILEMMA_FAKE_ADAPTER_LOAD_S", "0")))
+        self.adapters.add(name)
+
+    async def unload_adapter(self, name: str) -> None:
+        self.adapters.discard(name)
 
     async def embeddings(self, request, raw_request_info=None):
         raise NotImplementedError("the fake engine does not embed")

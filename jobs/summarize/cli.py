@@ -17,7 +17,7 @@ from jobs.summarize.config import SummarizeConfig
 from jobs.summarize.inputs import InputError
 from jobs.summarize.outputs import OutputFormatError
 from jobs.summarize.serve_client import AppUnavailable
-from jobs.summarize.storage import StorageError
+from core.storage import StorageError
 
 # Flag -> dotted config key; a flag given on the command line wins over the file.
 FLAG_KEYS = {

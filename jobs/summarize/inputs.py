@@ -15,7 +15,7 @@ from typing import Any, Literal
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from jobs.summarize.storage import Location, StorageError
+from core.storage import Location, StorageError
 
 DocumentStatus = Literal["ok", "empty", "unreadable"]
 JSONL_SUFFIXES = (".jsonl", ".ndjson")

@@ -18,7 +18,7 @@ from jobs.summarize.progress import Progress
 from jobs.summarize.prompts import Prompts
 from jobs.summarize.report import RunReport
 from jobs.summarize.results_store import ResultRecord, ResultsStore, StoredResults
-from jobs.summarize.storage import Location, locate
+from core.storage import Location, locate
 
 logger = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Literal
 
-from jobs.summarize.storage import Location, StorageError
+from core.storage import Location, StorageError
 
 RecordStatus = Literal["done", "failed", "empty", "unreadable"]
 PART_PREFIX = "part-"

@@ -132,7 +132,7 @@ EXPECTED_REFUSALS = {
                          "the base's q_proj has 576 inputs: the adapter was made for another base model",
     "wrong-base-smaller": "adapter 'wrong-base-smaller': layers.0.self_attn.q_proj.lora_A has shape [8, 256], "
                           "the base's q_proj has 576 inputs: the adapter was made for another base model",
-    "rank-64": f"adapter 'rank-64': rank 64 is over the pool's max_lora_rank {BAD_FIXTURE_MAX_RANK}",
+    "rank-64": f"adapter 'rank-64': rank 64 is over the pool's lora.max_lora_rank {BAD_FIXTURE_MAX_RANK}",
 }
 
 

@@ -56,7 +56,7 @@ def test_a_rank_over_the_pools_max_is_refused(tmp_path):
     folder = write_random_adapter(tmp_path / "wide", BASE, "tiny", rank=64, modules=("q_proj",), layers=[0])
     adapter = inspect_adapter(folder, BASE, name="tagged")
     refuse_over_rank("tagged", adapter, max_lora_rank=64)
-    with refused("adapter 'tagged': rank 64 is over the pool's max_lora_rank 16"):
+    with refused("adapter 'tagged': rank 64 is over the pool's lora.max_lora_rank 16"):
         refuse_over_rank("tagged", adapter, max_lora_rank=16)
 
 

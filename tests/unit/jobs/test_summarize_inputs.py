@@ -7,7 +7,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from jobs.summarize.inputs import InputError, input_format, read_documents
-from jobs.summarize.storage import locate
+from core.storage import locate
 
 
 def read(path, **kwargs):

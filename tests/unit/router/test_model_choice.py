@@ -59,7 +59,7 @@ def test_a_request_gets_the_model_it_names_or_its_scenarios_first(scenario, requ
 
 
 @pytest.mark.parametrize("scenario, requested, status, code, message", [
-    ("chat", "gpt-4", 404, "model_not_found", "model 'gpt-4' does not exist; this server serves ['small', 'big']"),
+    ("chat", "gpt-4", 404, "model_not_found", "model 'gpt-4' does not exist; this server serves models ['small', 'big']"),
     ("chat", "big", 400, "model_not_allowed", "model 'big' is not served to scenario 'chat'; its models: ['small']"),
     ("cost", "small", 400, "model_not_allowed", "its models: ['big']"),
 ])

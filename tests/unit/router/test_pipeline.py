@@ -266,7 +266,7 @@ async def test_an_unknown_scenario_is_refused_and_booked_without_its_name(in_pat
     assert refused.value.status == status and where in refused.value.message
     assert "configured: ['batch', 'chat', 'closed', 'cost', 'quality']" in refused.value.message
     (booking,) = r.ledger.booked
-    assert booking == {"pool": "none", "scenario": "unknown", "tenant": "default", "priority": None,
+    assert booking == {"pool": "none", "scenario": "unknown", "tenant": "default", "priority": None, "adapter": "base",
                        "status": status, "usage": None}
 
 

@@ -1,5 +1,5 @@
 """Local paths and s3:// URIs behind one filesystem interface (pyarrow's), so every reader and
-writer of the job works on both."""
+writer works on both: the batch job's documents and results, and the pools' adapters."""
 
 from __future__ import annotations
 
