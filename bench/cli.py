@@ -26,6 +26,7 @@ from bench.colocate import add_command as add_colocate_command
 from bench.datasets import DATASETS, DatasetError, load_dataset
 from bench.hops import add_hops_command
 from bench.metrics import Slo
+from bench.adapter_mix import add_adapters_command
 from bench.parity.cli import add_parity_command
 from bench.quality.cli import add_quality_command
 from bench.replay.cli import add_replay_command
@@ -128,6 +129,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     add_quality_command(sub)
     add_wake_command(sub)
     add_parity_command(sub)
+    add_adapters_command(sub)
     add_replay_command(sub)
     add_stops_command(sub)
     add_chaos_command(sub)

@@ -24,7 +24,7 @@ FLAG_KEYS = {
     "input": "input.uri", "input_format": "input.format", "on_invalid": "input.on_invalid",
     "output": "output.uri", "output_format": "output.format", "state": "output.state_uri",
     "mode": "mode", "url": "serve.url", "scenario": "serve.scenario", "pool": "serve.pool",
-    "model": "model.source", "prompt_template": "prompt.template", "max_tokens": "prompt.max_tokens",
+    "model": "model.source", "adapter": "model.adapter", "prompt_template": "prompt.template", "max_tokens": "prompt.max_tokens",
     "context_tokens": "chunking.context_tokens", "chunk_tokens": "chunking.chunk_tokens",
     "overlap_tokens": "chunking.overlap_tokens", "max_concurrency": "concurrency.max",
     "s3_endpoint_url": "s3.endpoint_url",
@@ -47,6 +47,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--pool", help="pin every request to this pool")
     p.add_argument("--api-key", help="API key for the app (default: $TRILEMMA_API_KEY)")
     p.add_argument("--model", help="model source: its tokenizer chunks; engine mode loads its weights")
+    p.add_argument("--adapter", help="a LoRA adapter the app serves: every request names it (serve mode)")
     p.add_argument("--prompt-template", help="user message; {text} is replaced by the document or chunk")
     p.add_argument("--max-tokens", type=int, help="longest summary, in tokens")
     p.add_argument("--context-tokens", type=int, help="tokens a request may use in all")

@@ -48,6 +48,16 @@ class ModelConfig(StrictModel):
         description="Where the tokenizer (and, in engine mode, the weights) come from: the embedded "
         "model, a Hugging Face id or a local folder. It must be the model the app serves.",
     )
+    adapter: str | None = Field(
+        None, description="A LoRA adapter of the model that the app serves (one of its `adapters`): every "
+        "request names it instead of `name`, so the summaries come from the adapted model and are accounted "
+        "under the adapter. Serve mode only; null: the model itself.",
+    )
+
+    @property
+    def requested(self) -> str:
+        """What each request names as its `model`."""
+        return self.adapter or self.name
 
 
 class PromptConfig(StrictModel):
@@ -178,6 +188,12 @@ class SummarizeConfig(StrictModel):
     engine: EngineConfig = Field(default_factory=EngineConfig)
     s3: S3Config = Field(default_factory=S3Config)
     progress: bool = Field(True, description="Show a progress bar on stderr.")
+
+    @model_validator(mode="after")
+    def _adapter_is_served(self) -> SummarizeConfig:
+        if self.model.adapter is not None and self.mode != "serve":
+            raise ValueError(f"model.adapter {self.model.adapter!r} is applied by the app: run with mode serve")
+        return self
 
     @model_validator(mode="after")
     def _budget_leaves_room(self) -> SummarizeConfig:

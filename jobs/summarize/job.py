@@ -110,7 +110,7 @@ def _run_locked(
         if config.mode == "serve":
             from jobs.summarize.serve_client import check_app
 
-            check_app(config.serve.url, config.model.name, api_key)
+            check_app(config.serve.url, config.model.requested, api_key)
     report = RunReport(documents=len(documents), already_done=plan.already_done,
                        problems=[str(problem) for problem in problems], ignored_files=ignored_files,
                        concurrency_cap=config.concurrency.max if config.mode == "serve" else None)

@@ -27,7 +27,7 @@ def summarize_settings(config: SummarizeConfig, plan: ChunkPlan, api_key: str | 
     concurrency, slo = config.concurrency, config.concurrency.latency_slo
     return SummarizeSettings(
         serve=ServeSettings(
-            url=config.serve.url, model=config.model.name, scenario=config.serve.scenario, pool=config.serve.pool,
+            url=config.serve.url, model=config.model.requested, scenario=config.serve.scenario, pool=config.serve.pool,
             api_key=api_key, max_tokens=config.prompt.max_tokens, temperature=config.prompt.temperature,
             timeout_s=config.serve.request_timeout_s, max_attempts=config.serve.max_attempts,
         ),

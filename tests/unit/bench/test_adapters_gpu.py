@@ -173,3 +173,10 @@ def test_one_adapter_is_written_in_peft_layout(tmp_path):
 def test_combine_lists_devices_and_versions():
     result = combine([run(False, None, [(0, 16, 2000.0, 30.0)])], PRICES)
     assert result["devices"] == ["NVIDIA H200"] and result["vllm_versions"] == ["0.26.0"]
+
+
+def test_random_prompts_are_reproducible_and_inside_the_vocabulary():
+    prompts = adapters_gpu.random_prompts(3, 16, seed=1, vocab_size=500)
+    assert prompts == adapters_gpu.random_prompts(3, 16, seed=1, vocab_size=500)
+    assert len(prompts) == 3 and all(len(p) == 16 and max(p) < 500 for p in prompts)
+    assert max(max(p) for p in adapters_gpu.random_prompts(4, 512, seed=2, vocab_size=128256)) < 100_000

@@ -234,3 +234,19 @@ def test_estimate_spreads_idle_time_over_the_requests(capsys):
     with pytest.raises(ValueError):
         estimate(CATALOG, gpu="h100", gpus=1, purchase="spot", tokens_in=0, tokens_out=0,
                  throughput=1.0, utilization=1.0)
+
+
+async def test_the_request_that_loaded_its_adapter_pays_the_load():
+    clock = ManualClock()
+    rate = replica_rate(CATALOG, "cpu", units=1, purchase="on_demand")
+
+    async def engine():
+        clock.now = 2.0
+        yield [sse({"choices": [{"delta": {"content": "Hi"}}]}),
+               sse({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 1}})]
+
+    items = [item async for item in metered(engine(), activity=EngineActivity(clock), work=WorkShare(clock),
+                                            rate=rate, prompt_tokens=5, adapter_load_s=0.5)]
+    usage = json.loads(items[-1][1][len("data: "):])["usage"]
+    assert usage["adapter_load_s"] == 0.5 and usage["engine_busy_s"] == pytest.approx(2.5)
+    assert usage["cost_usd"] == pytest.approx(rate.usd_per_s * 2.5)

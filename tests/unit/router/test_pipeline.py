@@ -6,6 +6,7 @@ what the pipeline booked."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,6 +17,7 @@ from starlette.responses import JSONResponse, StreamingResponse
 
 from contract.pool_faults import EngineDied, PoolOverloaded
 from core import wire
+from core.config import TrilemmaConfig
 from core.errors import ApiError
 from core.upstream import (
     ChatCompletionRequest,
@@ -91,8 +93,12 @@ class FakePoolHandle:
 
     outcomes: list[list[Any] | BaseException] = field(default_factory=list)
     sent: list[tuple[str, Any, dict[str, str]]] = field(default_factory=list)  # (method, body, headers)
+    multiplexed: list[str | None] = field(default_factory=list)  # each call's multiplexed model id
+    multiplexed_model_id: str | None = None
 
-    def options(self, **_: Any) -> FakePoolHandle:
+    def options(self, **options: Any) -> FakePoolHandle:
+        if "multiplexed_model_id" in options:  # a handle of its own, sharing what is recorded
+            return dataclasses.replace(self, multiplexed_model_id=options["multiplexed_model_id"])
         return self
 
     @property
@@ -111,6 +117,7 @@ class _Method:
 
     def remote(self, body: Any, raw_request: Any) -> FakeCall:
         self.handle.sent.append((self.name, body.model_copy(), dict(raw_request.headers)))
+        self.handle.multiplexed.append(self.handle.multiplexed_model_id)
         outcome = self.handle.outcomes.pop(0) if self.handle.outcomes else [answer()]
         return FakeCall(list(outcome) if isinstance(outcome, list) else outcome)
 
@@ -156,8 +163,9 @@ class FakeMetrics:
 class Ledger:
     """Accounting as the pipeline uses it, keeping what was booked: no Ray actor behind it."""
 
-    def __init__(self, keys: dict[str, str] | None = None) -> None:
+    def __init__(self, keys: dict[str, str] | None = None, default_adapters: dict[str, str] | None = None) -> None:
         self.keys = keys
+        self.default_adapters = default_adapters or {}
         self.booked: list[dict[str, Any]] = []
         self.metrics = FakeMetrics()
 
@@ -172,6 +180,9 @@ class Ledger:
     async def check_budget(self, tenant: str) -> None:
         pass
 
+    def default_adapter(self, tenant: str) -> str | None:
+        return self.default_adapters.get(tenant)
+
     def record(self, **booking: Any) -> None:
         self.booked.append(booking)
 
@@ -184,14 +195,14 @@ class Router:
     health: PoolHealth
 
 
-def router(counter: ScriptedCounter, *, ledger: Ledger | None = None) -> Router:
-    pools = {name: FakePoolHandle() for name in CONFIG.pools}
+def router(counter: ScriptedCounter, *, ledger: Ledger | None = None, config: TrilemmaConfig = CONFIG) -> Router:
+    pools = {name: FakePoolHandle() for name in config.pools}
     health = PoolHealth(pools)
     ledger = ledger or Ledger()
-    policy = RoutingPolicy.from_config(CONFIG.routing, {name: 1.0 for name in CONFIG.pools}, None)
+    policy = RoutingPolicy.from_config(config.routing, {name: 1.0 for name in config.pools}, None)
     parts = RouterParts(
-        config=CONFIG, models=ModelChoice(CONFIG), accounting=ledger, token_counters={MODEL: counter},
-        pool_chooser=PoolChooser(CONFIG, policy, health), health=health,
+        config=config, models=ModelChoice(config), accounting=ledger, token_counters={MODEL: counter},
+        pool_chooser=PoolChooser(config, policy, health), health=health,
         pool_client=PoolClient(pools, health, request_timeout_s=30.0, by_reference=False),
     )
     return Router(RequestPipeline(parts), pools, ledger, health)
@@ -203,7 +214,7 @@ def http(headers: dict[str, str] | None = None) -> Request:
 
 
 def chat(**fields: Any) -> ChatCompletionRequest:
-    return ChatCompletionRequest(model=MODEL, messages=[{"role": "user", "content": "hi"}], **fields)
+    return ChatCompletionRequest(**{"model": MODEL, "messages": [{"role": "user", "content": "hi"}], **fields})
 
 
 async def serve(r: Router, body: Any, *, headers: dict[str, str] | None = None, scenario_in_path: str | None = None,

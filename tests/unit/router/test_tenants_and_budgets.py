@@ -76,3 +76,16 @@ def test_budget_is_per_utc_day_and_names_limit_and_reset():
 def test_reset_is_next_midnight_utc_from_any_zone():
     local = datetime.fromisoformat("2026-11-30T20:00:00-05:00")   # 01:00 UTC on Dec 1
     assert next_reset(local) == datetime(2026, 12, 2, tzinfo=timezone.utc)
+
+
+def test_a_tenants_default_adapter_is_kept_when_it_is_rekeyed_or_keyed_by_the_environment(tmp_path, monkeypatch):
+    path = tmp_path / "tenants.yaml"
+    add_tenant(path, "acme", 5.0, "tagged")
+    add_tenant(path, "acme", None)  # a new key: budget and adapter stay
+    monkeypatch.setenv("TEST_KEYS", "acme:tk-from-env")
+    directory = TenantDirectory.load(path, "TEST_KEYS")
+    assert directory.default_adapter("acme") == "tagged" and directory.daily_budget_usd("acme") == 5.0
+    assert directory.tenant_for("tk-from-env") == "acme"
+    directory.check_adapters(["tagged", "jsonish"])
+    with pytest.raises(ConfigError, match=r"default_adapter 'tagged' is not in the config's adapters \['jsonish'\]"):
+        directory.check_adapters(["jsonish"])

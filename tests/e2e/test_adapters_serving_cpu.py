@@ -1,0 +1,159 @@
+"""End to end: the committed LoRA adapters served by a real vLLM CPU pool through the app. Each
+adapter's answers are in its trained format and the base's are not; a tenant's default adapter
+applies; unknown, over-rank and broken adapters are refused with the reason while the replica
+goes on serving; a third adapter evicts the least recently used one, which loads again (and
+its request pays the load); the metrics carry the adapter label; the batch job runs with one."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import httpx
+import openai
+import pytest
+
+from bench.adapter_answers import HELD_OUT
+from bench.adapter_training_data import TAG, in_style, qa_pairs, split_held_out
+from jobs.summarize.cli import main as summarize
+from jobs.summarize.sample_corpus import write_sample
+from tests.e2e.conftest import CHAT_MODEL
+
+pytestmark = pytest.mark.e2e
+
+# As bench.adapter_answers asks them: greedy, and long enough for a whole JSON answer.
+ANSWER_TOKENS = 24
+METRICS_WAIT_S = 60
+# Three of the questions the adapters never saw in training (bench.make_adapters' seed 0).
+QUESTIONS = [question for question, _ in split_held_out(qa_pairs(0), HELD_OUT, 0)[1][:3]]
+
+
+@pytest.fixture(scope="module")
+def url(models_app):
+    return models_app[0]
+
+
+def client_of(models_app, tenant: str = "plain") -> openai.OpenAI:
+    url, keys = models_app
+    return openai.OpenAI(base_url=f"{url}/v1", api_key=keys[tenant], max_retries=0, timeout=180)
+
+
+def answer(client: openai.OpenAI, question: str, model: str):
+    raw = client.chat.completions.with_raw_response.create(
+        model=model, messages=[{"role": "user", "content": question}], max_tokens=ANSWER_TOKENS, temperature=0,
+        extra_headers={"X-Scenario": "chat"})
+    return raw.parse(), raw.headers
+
+
+def refusal(models_app, model: str) -> httpx.Response:
+    url, keys = models_app
+    return httpx.post(f"{url}/v1/chat/completions", timeout=180, headers={"Authorization": f"Bearer {keys['plain']}"},
+                      json={"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4})
+
+
+def test_models_lists_each_adapter_with_its_base(models_app):
+    cards = {card.id: card for card in client_of(models_app).models.list().data}
+    for name in ("tagged", "jsonish", "tagged-again"):
+        assert cards[name].model_extra["metadata"]["parent"] == CHAT_MODEL
+    assert "parent" not in cards[CHAT_MODEL].model_extra["metadata"]
+
+
+def test_each_adapter_answers_in_its_format_and_the_base_in_neither(models_app):
+    client = client_of(models_app)
+    for question in QUESTIONS:
+        base, _ = answer(client, question, CHAT_MODEL)
+        assert not in_style("tagged", base.choices[0].message.content)
+        assert not in_style("jsonish", base.choices[0].message.content)
+        for name in ("tagged", "jsonish"):
+            reply, headers = answer(client, question, name)
+            assert reply.model == name
+            assert in_style(name, reply.choices[0].message.content), reply.choices[0].message.content
+            assert headers["x-trilemma-pool"] == "short"
+            assert f"adapter '{name}'" in headers["x-trilemma-route-reason"]
+
+
+def test_a_streamed_answer_has_the_adapter_applied_too(models_app):
+    stream = client_of(models_app).chat.completions.create(
+        model="tagged", messages=[{"role": "user", "content": QUESTIONS[0]}],
+        max_tokens=ANSWER_TOKENS, temperature=0, stream=True, extra_headers={"X-Scenario": "chat"})
+    text = "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
+    assert text.startswith(TAG), text
+
+
+def test_a_tenants_default_adapter_applies_to_requests_that_name_no_model(models_app):
+    url, keys = models_app
+    question = QUESTIONS[1]
+    # OpenAI's client always names a model; plain HTTP may leave it out.
+    defaulted = httpx.post(f"{url}/v1/chat/completions", timeout=180, headers={
+        "Authorization": f"Bearer {keys['adapted']}", "X-Scenario": "chat"}, json={
+        "messages": [{"role": "user", "content": question}], "max_tokens": ANSWER_TOKENS, "temperature": 0})
+    assert defaulted.status_code == 200, defaulted.text
+    assert defaulted.json()["model"] == "tagged" and in_style("tagged", defaulted.json()["choices"][0]["message"]["content"])
+    named, _ = answer(client_of(models_app, "adapted"), question, CHAT_MODEL)  # a model it names wins over its default
+    assert named.model == CHAT_MODEL and not in_style("tagged", named.choices[0].message.content)
+
+
+def test_an_unknown_adapter_is_a_404_that_names_the_adapters(models_app):
+    response = refusal(models_app, "tagged-v2")
+    assert response.status_code == 404, response.text
+    error = response.json()["error"]
+    assert error["code"] == "model_not_found" and "'tagged'" in error["message"] and "'jsonish'" in error["message"]
+
+
+@pytest.mark.parametrize("adapter, status, code, reason", [
+    ("rank-64", 400, "adapter_rank_too_high", "rank 64 is over the pool's lora.max_lora_rank 16"),
+    ("truncated", 422, "adapter_unusable", "not a safetensors file"),
+    ("wrong-base-smaller", 422, "adapter_unusable", "the adapter was made for another base model"),
+])
+def test_a_broken_adapter_is_refused_with_its_reason_and_the_replica_serves_on(models_app, adapter, status, code,
+                                                                               reason):
+    response = refusal(models_app, adapter)
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert error["code"] == code and reason in error["message"] and "'short'" in error["message"], error
+    reply, _ = answer(client_of(models_app), QUESTIONS[0], "tagged")
+    assert in_style("tagged", reply.choices[0].message.content)
+
+
+def test_a_third_adapter_evicts_the_least_recently_used_which_loads_again_on_its_next_request(models_app):
+    client = client_of(models_app)
+    question = QUESTIONS[2]
+    for name in ("tagged", "jsonish", "tagged-again"):  # two resident at most: tagged-again evicts tagged
+        reply, _ = answer(client, question, name)
+        assert in_style("tagged" if name.startswith("tagged") else "jsonish", reply.choices[0].message.content)
+    reloaded, headers = answer(client, question, "tagged")
+    assert in_style("tagged", reloaded.choices[0].message.content)
+    usage = reloaded.usage.model_extra
+    # The request that loaded it pays the load: its seconds are in its busy time and cost.
+    assert 0 < usage["adapter_load_s"] <= usage["engine_busy_s"], usage
+    assert float(headers["x-trilemma-cost-usd"]) > 0
+    again, _ = answer(client, question, "tagged")
+    assert "adapter_load_s" not in again.usage.model_extra  # resident now: nothing to load
+
+
+def test_the_metrics_carry_the_adapter_label(models_app):
+    url, _ = models_app
+    deadline, text = time.monotonic() + METRICS_WAIT_S, ""
+    while time.monotonic() < deadline:
+        text = httpx.get(f"{url}/metrics", timeout=30).text
+        if 'adapter="tagged"' in text and 'adapter="base"' in text:
+            break
+        time.sleep(2)
+    tokens = [line for line in text.splitlines() if "trilemma_tokens_total{" in line]
+    assert any('adapter="tagged"' in line and 'tenant="plain"' in line for line in tokens), tokens[:20]
+    assert any('adapter="base"' in line for line in tokens), tokens[:20]
+    # Refusals are counted under the adapter's configured name: a bounded label.
+    requests = [line for line in text.splitlines() if "trilemma_requests_total{" in line]
+    assert any('adapter="rank-64"' in line and 'status="400"' in line for line in requests), requests[:20]
+
+
+def test_the_batch_job_summarizes_with_an_adapter(models_app, tmp_path, capsys):
+    url, keys = models_app
+    corpus = write_sample(tmp_path / "corpus.jsonl", count=2, long_count=0)
+    out = tmp_path / "summaries.jsonl"
+    rc = summarize(["--input", str(corpus), "--output", str(out), "--url", url, "--api-key", keys["plain"],
+                    "--adapter", "tagged", "--max-tokens", "24", "--no-progress"])
+    assert rc == 0, capsys.readouterr().out
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 2 and all(row["status"] == "done" and row["pool"] == "short" for row in rows)
+    assert all(row["summary"].startswith(TAG) for row in rows), [row["summary"] for row in rows]
