@@ -199,7 +199,8 @@ def cell_label(run: Mapping[str, Any], cell: Mapping[str, Any]) -> str:
     if not run["engine"]["enable_lora"]:
         return "no LoRA, base only"
     rank = run["engine"]["max_lora_rank"]
-    return f"r{rank}, base only" if cell["adapters"] == 0 else f"r{rank}, {cell['adapters']} adapters"
+    count = cell["adapters"]
+    return f"r{rank}, base only" if count == 0 else f"r{rank}, {count} adapter{'' if count == 1 else 's'}"
 
 
 def priced_rows(runs: Sequence[Mapping[str, Any]], prices: Mapping[str, Any] | None) -> list[dict[str, Any]]:

@@ -146,6 +146,7 @@ class PoolServer(LLMServer):
             return
         if self._resident is None:
             raise AdapterUnusable(self._pool_name, name, "the pool sets no `lora`", over_rank=False)
+        await self._resident.checked(name)  # a refused adapter never evicts a resident one
         self._activity.begin()  # the engine is busy loading: the pool's busy time, this request's cost
         try:
             adapter = await self._load_model(name)

@@ -75,20 +75,26 @@ class ResidentAdapters:
         self._load_into_engine = load
         self._unload_from_engine = unload
         self._loop: asyncio.AbstractEventLoop | None = None
+        # Adapters whose files passed the checks, by name: their folders stay on disk as checked.
+        self._checked: dict[str, Path] = {}
 
     @property
     def names(self) -> list[str]:
         return sorted(self._adapters)
 
-    async def load(self, name: str) -> ResidentAdapter:
-        """The adapter `name`, loaded; raises AdapterUnusable (the engine untouched) when its files
-        are missing, corrupt, for another base or over the pool's rank."""
-        self._loop = asyncio.get_running_loop()
+    async def checked(self, name: str) -> Path:
+        """The adapter's local folder once its files passed the checks; raises AdapterUnusable
+        (the engine untouched) when they are missing, corrupt, for another base or over the
+        pool's rank. Called before the adapter takes a place among the resident ones: Serve's
+        multiplexing evicts one to make room before it loads, so a refused adapter must not get
+        that far."""
+        folder = self._checked.get(name)
+        if folder is not None:
+            return folder
         adapter = self._adapters.get(name)
         if adapter is None:
             raise AdapterUnusable(self._pool, name, f"this pool serves no adapter of that name; it serves "
                                   f"{self.names}", over_rank=False)
-        started = time.monotonic()
         try:
             folder = await asyncio.to_thread(self._checked_folder, name, adapter)
         except AdapterRefused as refused:
@@ -96,9 +102,19 @@ class ResidentAdapters:
             raise AdapterUnusable(self._pool, name, refused.reason, isinstance(refused, AdapterOverRank)) from None
         except StorageError as error:
             raise AdapterUnusable(self._pool, name, f"its files could not be fetched: {error}", False) from None
+        self._checked[name] = folder
+        return folder
+
+    async def load(self, name: str) -> ResidentAdapter:
+        """The adapter `name`, checked (see `checked`) and loaded into the engine."""
+        self._loop = asyncio.get_running_loop()
+        started = time.monotonic()
+        folder = await self.checked(name)
         try:
             await self._load_into_engine(name, str(folder))
         except Exception as error:  # the engine refused it after our checks: say why, keep serving
+            # Checked again next time: the files may have been replaced meanwhile.
+            self._checked.pop(name, None)
             raise AdapterUnusable(self._pool, name, f"the engine did not load it: {error}", False) from None
         load_s = time.monotonic() - started
         logger.info("Pool %s: adapter %s loaded in %.2f s", self._pool, name, load_s)

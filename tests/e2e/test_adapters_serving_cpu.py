@@ -107,12 +107,18 @@ def test_an_unknown_adapter_is_a_404_that_names_the_adapters(models_app):
 ])
 def test_a_broken_adapter_is_refused_with_its_reason_and_the_replica_serves_on(models_app, adapter, status, code,
                                                                                reason):
+    client = client_of(models_app)
+    for name in ("tagged", "jsonish"):  # both resident: as many as the replica holds
+        answer(client, QUESTIONS[0], name)
     response = refusal(models_app, adapter)
     assert response.status_code == status, response.text
     error = response.json()["error"]
     assert error["code"] == code and reason in error["message"] and "'short'" in error["message"], error
-    reply, _ = answer(client_of(models_app), QUESTIONS[0], "tagged")
-    assert in_style("tagged", reply.choices[0].message.content)
+    # Refused before it took a place: neither resident adapter was evicted for it.
+    for name in ("tagged", "jsonish"):
+        reply, _ = answer(client, QUESTIONS[0], name)
+        assert in_style(name, reply.choices[0].message.content)
+        assert "adapter_load_s" not in reply.usage.model_extra, (name, reply.usage)
 
 
 def test_a_third_adapter_evicts_the_least_recently_used_which_loads_again_on_its_next_request(models_app):

@@ -137,7 +137,7 @@ def test_rows_are_priced_and_set_against_the_engine_without_lora():
 def test_rows_without_a_reference_or_price_still_print():
     rows = priced_rows([run(True, 64, [(1, 128, 5000.0, 400.0)])], None)
     assert rows[0]["throughput_vs_no_lora"] is None and rows[0]["usd_per_1m_tokens"] is None
-    assert "| 128 | r64, 1 adapters | 5000 | - |" in markdown_table(rows)
+    assert "| 128 | r64, 1 adapter | 5000 | - |" in markdown_table(rows)
 
 
 def test_table_command_joins_run_files(tmp_path):

@@ -30,6 +30,7 @@ def test_the_shipped_config_file_is_the_defaults():
         ({"chunking": {"chunk_tokens": 64, "overlap_tokens": 64}}, "overlap_tokens (64) must be under"),
         ({"concurrency": {"min": 8, "max": 4}}, "concurrency.min (8) is over concurrency.max (4)"),
         ({"mode": "offline"}, "mode: Input should be 'serve' or 'engine'"),
+        ({"mode": "engine", "model": {"adapter": "tagged"}}, "model.adapter 'tagged' is applied by the app"),
     ],
 )
 def test_bad_configs_name_the_key(tmp_path, raw, message):
