@@ -66,7 +66,7 @@ def bench_adapters(args: argparse.Namespace) -> int:
         loads = [load_once(url, name) for name in ADAPTER_FOLDERS]
         cells = [cell for level in levels for cell in run_cells(url, level, args)]
     result = {
-        "kind": "adapters", "command": command_line(), "machine": machine.describe(),
+        "kind": "adapters", "command": command_line(args), "machine": machine.describe(),
         "engine": {key: config.pools["short"].model_dump()[key] for key in ("max_model_len", "max_num_seqs", "lora")},
         "max_tokens": args.max_tokens, "adapter_loads": loads, "cells": with_ratios(cells),
         "wall_s": round(time.monotonic() - started, 1),
@@ -85,9 +85,10 @@ def mix_config(config: TrilemmaConfig) -> TrilemmaConfig:
     source = raw["model"]["source"]
     plain = {**short, "role": "long", "model": {"name": PLAIN_MODEL, "source": source},
              "env": {**short["env"], "VLLM_CPU_OMP_THREADS_BIND": "1"}}
+    every = len(ADAPTER_FOLDERS)  # all resident and batched together: the steady state
     raw["pools"] = {
         "short": {**short, "model": {"name": LORA_MODEL, "source": source},
-                  "lora": {"max_loras": len(ADAPTER_FOLDERS), "max_lora_rank": 8, "max_resident": len(ADAPTER_FOLDERS)}},
+                  "lora": {"max_loras": every, "max_lora_rank": 8, "max_resident": every}},
         "long": plain,
     }
     raw["adapters"] = {name: {"base": LORA_MODEL, "source": str(ADAPTERS / folder)}
@@ -153,7 +154,7 @@ def markdown(result: dict[str, Any]) -> str:
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for cell in result["cells"]:
         lines.append(
-            f"| {cell['cell']} | {cell['concurrency']} | {fmt(cell['output_tps'])} | {fmt(cell['tps_vs_plain_base'], 2)}"
-            f" | {fmt(cell['tps_vs_lora_base'], 2)} | {fmt(cell['ttft_ms']['p50'])} | {fmt(cell['ttft_ms']['p99'])}"
+            f"| {cell['cell']} | {cell['concurrency']} | {fmt(cell['output_tps'])}"
+            f" | {fmt(cell['tps_vs_plain_base'], 2)} | {fmt(cell['tps_vs_lora_base'], 2)} | {fmt(cell['ttft_ms']['p50'])} | {fmt(cell['ttft_ms']['p99'])}"
             f" | {fmt(cell['tpot_ms']['p50'])} | {fmt(cell['tpot_ms']['p99'])} | {cell['errors'] or 0} |")
     return "\n".join(lines) + "\n"

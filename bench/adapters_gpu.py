@@ -82,7 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="where the random adapters are written (not kept)")
     run.add_argument("--prompt-tokens", type=int, default=512)
     run.add_argument("--output-tokens", type=int, default=128)
-    run.add_argument("--rounds", type=int, default=4, help="measured requests per cell = concurrency x rounds")
+    run.add_argument("--rounds", type=int, default=3, help="measured requests per cell: concurrency x rounds, ...")
+    run.add_argument("--min-requests", type=int, default=64, help="... and at least this many")
     run.add_argument("--warmup-tokens", type=int, default=16, help="output tokens of each warm-up request")
     run.add_argument("--max-model-len", type=int, default=1024)
     run.add_argument("--max-num-seqs", type=int, default=128)
@@ -136,6 +137,11 @@ def percentile(values: Sequence[float], q: float) -> float | None:
     position = (len(ordered) - 1) * q / 100
     low, high = math.floor(position), math.ceil(position)
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def cell_requests(concurrency: int, rounds: int, min_requests: int) -> int:
+    """Measured requests of a cell: `rounds` per client, and at least `min_requests`."""
+    return max(concurrency * rounds, min_requests)
 
 
 def rotation(count: int) -> list[int]:
@@ -401,7 +407,8 @@ class Measurement:
         result["vllm_version"] = vllm.__version__
         result["model"] = args.model.name
         result["workload"] = {"prompt_tokens": args.prompt_tokens, "output_tokens": args.output_tokens,
-                              "rounds": args.rounds, "warmup_tokens": args.warmup_tokens,
+                              "rounds": args.rounds, "min_requests": args.min_requests,
+                              "warmup_tokens": args.warmup_tokens,
                               "prompts": "random token ids, a fresh prompt per request", "closed_loop": True}
         # The adapters are written by a pool of processes while the engine starts (forked
         # before any CUDA use in this process).
@@ -448,7 +455,8 @@ class Measurement:
                     rotating = [None] if count == 0 else loras[:count]
                     await self.closed_loop(engine, rotating, concurrency, concurrency, args.warmup_tokens,
                                            f"warm-{count}-{concurrency}")
-                    records, wall = await self.closed_loop(engine, rotating, concurrency, concurrency * args.rounds,
+                    records, wall = await self.closed_loop(engine, rotating, concurrency,
+                                                           cell_requests(concurrency, args.rounds, args.min_requests),
                                                            args.output_tokens, f"cell-{count}-{concurrency}")
                     cell = {"adapters": count, "concurrency": concurrency, "summary": summarize(records, wall)}
                     result["cells"].append(cell)

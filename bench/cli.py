@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from bench.adapter_mix import add_adapters_command
 from bench.arrivals import LoadShape
 from bench.autoscale.cli import add_commands as add_autoscale_commands
 from bench.board_png import add_board_command
@@ -26,16 +27,15 @@ from bench.colocate import add_command as add_colocate_command
 from bench.datasets import DATASETS, DatasetError, load_dataset
 from bench.hops import add_hops_command
 from bench.metrics import Slo
-from bench.adapter_mix import add_adapters_command
 from bench.parity.cli import add_parity_command
 from bench.quality.cli import add_quality_command
 from bench.replay.cli import add_replay_command
-from bench.stops.cli import add_stops_command
 from bench.report import ReportError, write_report, write_sweep
 from bench.result_files import markdown_table, write_json, write_results
 from bench.runner import EndpointError, Workload, resolve_model, run_point, warm_up
 from bench.soak.cli import add_soak_command
 from bench.start_time import add_start_command
+from bench.stops.cli import add_stops_command
 from bench.sweep import Knob, SweepError, parse_values, run_sweep
 from bench.vs_vllm import add_vs_vllm_command
 from bench.wake import add_wake_command

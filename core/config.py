@@ -26,7 +26,8 @@ from core.pool_config import (
 )
 
 __all__ = [
-    "ARRIVAL_HEADROOM", "AdapterConfig", "AlertsConfig", "NO_ADAPTER", "PoolLoraConfig", "CONFIG_DIR", "EMBEDDED_MODEL_REF", "DEFAULT_CONFIG_PATH", "PROJECT_ROOT", "DEFAULT_QUEUE_SHARE", "REPLICA_ROUTERS",
+    "ARRIVAL_HEADROOM", "AlertsConfig", "CONFIG_DIR", "EMBEDDED_MODEL_REF", "DEFAULT_CONFIG_PATH", "PROJECT_ROOT", "DEFAULT_QUEUE_SHARE", "REPLICA_ROUTERS",
+    "AdapterConfig", "NO_ADAPTER", "PoolLoraConfig",
     "AdmissionConfig", "AutoscalingConfig", "ConfigError", "CostConfig", "HttpConfig", "IdleSleepConfig", "LocalRayConfig",
     "ModelSpec", "PoolConfig", "PoolScalingConfig", "RouterConfig", "RoutingConfig", "ScenarioConfig",
     "StreamBatchingConfig", "StrictModel", "TenantsConfig", "TransportConfig", "TrilemmaConfig", "resolve_config_path",

@@ -44,8 +44,8 @@ from pool.admission_queue import AdmissionQueue
 from pool.engine_activity import EngineActivity
 from pool.engine_sleep import EngineSleep
 from pool.latency_window import LatencyWindow
-from pool.resident_adapters import ResidentAdapters, base_model_config
 from pool.request_metering import metered, prompt_tokens_hint, routed_max_tokens, with_timeline
+from pool.resident_adapters import ResidentAdapters, base_model_config
 from pool.stream_batching import StreamBatching, batched_stream
 from pool.work_share import WorkShare
 

@@ -47,8 +47,10 @@ class PoolChooser:
             )
         decision = self._pinned(request) if request.pinned_pool is not None else self._chosen(request)
         if request.adapter is not None:
-            decision = dataclasses.replace(decision, reason=f"{decision.reason}; adapter {request.adapter!r}: to a "
-                                           "replica that holds it unless that one is much busier")
+            where = ("to a replica that holds it unless that one is much busier"
+                     if self._config.pools[decision.pool].replica_router == "least_loaded"
+                     else "to the replica the pool's replica router picks, holding it or not")
+            decision = dataclasses.replace(decision, reason=f"{decision.reason}; adapter {request.adapter!r}: {where}")
         return decision
 
     def _chosen(self, request: PoolRequest) -> RouteDecision:

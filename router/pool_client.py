@@ -1,6 +1,6 @@
 """The router's calls into a pool: a request sent, its first item awaited, and its failure
-told apart: the pool refusing it (429), the engine failing it (502), or the replica gone
-(PoolFailed, safe to send elsewhere while nothing reached the client)."""
+told apart: the pool refusing it (429) or its LoRA adapter (400, 422), the engine failing it
+(502), or the replica gone (PoolFailed, safe to send elsewhere while nothing reached the client)."""
 
 from __future__ import annotations
 

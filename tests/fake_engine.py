@@ -89,9 +89,9 @@ class FakeEngine(LLMEngine):
             raise RuntimeError("fake engine crashed on request")
         stamp = f"served-by={self._stamp}"
         if getattr(request, "priority", 0):
-            stamp += f",priority={request.priority}"
+            stamp += f",priority={request.priority}"  # what an engine with priority scheduling sees
         if request.model in self.adapters:
-            stamp += f",adapter={request.model}"  # what an answer with the adapter applied shows  # what an engine with priority scheduling sees
+            stamp += f",adapter={request.model}"  # what an answer with the adapter applied shows
         words = [stamp] + [f"w{i}" for i in range(request.max_tokens - 1)]
         usage = UsageInfo(
             prompt_tokens=len(prompt.split()),

@@ -13,18 +13,19 @@ import sys
 from typing import Any
 
 from core.config_base import ConfigError, parse_overrides
+from core.storage import StorageError
 from jobs.summarize.config import SummarizeConfig
 from jobs.summarize.inputs import InputError
 from jobs.summarize.outputs import OutputFormatError
 from jobs.summarize.serve_client import AppUnavailable
-from core.storage import StorageError
 
 # Flag -> dotted config key; a flag given on the command line wins over the file.
 FLAG_KEYS = {
     "input": "input.uri", "input_format": "input.format", "on_invalid": "input.on_invalid",
     "output": "output.uri", "output_format": "output.format", "state": "output.state_uri",
     "mode": "mode", "url": "serve.url", "scenario": "serve.scenario", "pool": "serve.pool",
-    "model": "model.source", "adapter": "model.adapter", "prompt_template": "prompt.template", "max_tokens": "prompt.max_tokens",
+    "model": "model.source", "adapter": "model.adapter", "prompt_template": "prompt.template",
+    "max_tokens": "prompt.max_tokens",
     "context_tokens": "chunking.context_tokens", "chunk_tokens": "chunking.chunk_tokens",
     "overlap_tokens": "chunking.overlap_tokens", "max_concurrency": "concurrency.max",
     "s3_endpoint_url": "s3.endpoint_url",

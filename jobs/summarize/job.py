@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from core.model_store import resolve_model_source
+from core.storage import Location, locate
 from jobs.summarize.chunking import Chunker, ChunkPlan, plan_chunks
 from jobs.summarize.config import SummarizeConfig
 from jobs.summarize.inputs import Document, InputError, InputProblem, read_documents
@@ -18,7 +19,6 @@ from jobs.summarize.progress import Progress
 from jobs.summarize.prompts import Prompts
 from jobs.summarize.report import RunReport
 from jobs.summarize.results_store import ResultRecord, ResultsStore, StoredResults
-from core.storage import Location, locate
 
 logger = logging.getLogger(__name__)
 

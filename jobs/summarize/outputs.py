@@ -9,8 +9,8 @@ from dataclasses import asdict
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from jobs.summarize.results_store import ResultRecord
 from core.storage import Location
+from jobs.summarize.results_store import ResultRecord
 
 OUTPUT_FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet", ".pq": "parquet"}
 

@@ -1,5 +1,6 @@
 """End to end: the committed LoRA adapters served by a real vLLM CPU pool through the app. Each
-adapter's answers are in its trained format and the base's are not; a tenant's default adapter
+adapter's answers are in its trained format and the base's are not, and stay the same after the
+adapters ran (bench.adapter_answers checks the same on the engine alone); a tenant's default adapter
 applies; unknown, over-rank and broken adapters are refused with the reason while the replica
 goes on serving; a third adapter evicts the least recently used one, which loads again (and
 its request pays the load); the metrics carry the adapter label; the batch job runs with one."""
@@ -58,7 +59,7 @@ def test_models_lists_each_adapter_with_its_base(models_app):
     assert "parent" not in cards[CHAT_MODEL].model_extra["metadata"]
 
 
-def test_each_adapter_answers_in_its_format_and_the_base_in_neither(models_app):
+def test_each_adapter_answers_in_its_format_and_the_base_in_neither_unchanged(models_app):
     client = client_of(models_app)
     for question in QUESTIONS:
         base, _ = answer(client, question, CHAT_MODEL)
@@ -70,6 +71,8 @@ def test_each_adapter_answers_in_its_format_and_the_base_in_neither(models_app):
             assert in_style(name, reply.choices[0].message.content), reply.choices[0].message.content
             assert headers["x-trilemma-pool"] == "short"
             assert f"adapter '{name}'" in headers["x-trilemma-route-reason"]
+        after, _ = answer(client, question, CHAT_MODEL)  # greedy: the adapters left the base as it was
+        assert after.choices[0].message.content == base.choices[0].message.content
 
 
 def test_a_streamed_answer_has_the_adapter_applied_too(models_app):
@@ -88,7 +91,8 @@ def test_a_tenants_default_adapter_applies_to_requests_that_name_no_model(models
         "Authorization": f"Bearer {keys['adapted']}", "X-Scenario": "chat"}, json={
         "messages": [{"role": "user", "content": question}], "max_tokens": ANSWER_TOKENS, "temperature": 0})
     assert defaulted.status_code == 200, defaulted.text
-    assert defaulted.json()["model"] == "tagged" and in_style("tagged", defaulted.json()["choices"][0]["message"]["content"])
+    reply = defaulted.json()
+    assert reply["model"] == "tagged" and in_style("tagged", reply["choices"][0]["message"]["content"])
     named, _ = answer(client_of(models_app, "adapted"), question, CHAT_MODEL)  # a model it names wins over its default
     assert named.model == CHAT_MODEL and not in_style("tagged", named.choices[0].message.content)
 

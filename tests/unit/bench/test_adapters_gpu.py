@@ -180,3 +180,8 @@ def test_random_prompts_are_reproducible_and_inside_the_vocabulary():
     assert prompts == adapters_gpu.random_prompts(3, 16, seed=1, vocab_size=500)
     assert len(prompts) == 3 and all(len(p) == 16 and max(p) < 500 for p in prompts)
     assert max(max(p) for p in adapters_gpu.random_prompts(4, 512, seed=2, vocab_size=128256)) < 100_000
+
+
+def test_cells_measure_rounds_per_client_and_a_floor():
+    assert adapters_gpu.cell_requests(16, 3, 64) == 64
+    assert adapters_gpu.cell_requests(128, 3, 64) == 384

@@ -25,8 +25,9 @@ def test_a_pools_lora_becomes_vllms_lora_arguments_with_the_cpu_cache_the_reside
     config = with_adapters({"max_loras": 2, "max_lora_rank": 32, "max_resident": 6})
     short = config.pools["short"]
     llm_config = llm_config_for_pool("short", short, config.pool_model("short"), "/models/smol")
-    assert {key: llm_config.engine_kwargs[key] for key in ("enable_lora", "max_loras", "max_lora_rank", "max_cpu_loras")} \
-        == {"enable_lora": True, "max_loras": 2, "max_lora_rank": 32, "max_cpu_loras": 6}
+    lora_kwargs = ("enable_lora", "max_loras", "max_lora_rank", "max_cpu_loras")
+    assert {key: llm_config.engine_kwargs[key] for key in lora_kwargs} == \
+        {"enable_lora": True, "max_loras": 2, "max_lora_rank": 32, "max_cpu_loras": 6}
     assert "enable_lora" not in llm_config_for_pool("long", config.pools["long"], config.pool_model("long"),
                                                      "/models/smol").engine_kwargs
 

@@ -6,8 +6,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from jobs.summarize.inputs import InputError, input_format, read_documents
 from core.storage import locate
+from jobs.summarize.inputs import InputError, input_format, read_documents
 
 
 def read(path, **kwargs):

@@ -6,12 +6,12 @@ import json
 
 import pytest
 
+from core.storage import StorageError, locate
 from jobs.summarize.inputs import Document
 from jobs.summarize.job import plan_run
 from jobs.summarize.outputs import OutputFormatError, output_format, read_output, write_output
 from jobs.summarize.report import RunReport
 from jobs.summarize.results_store import ResultRecord, ResultsStore
-from core.storage import StorageError, locate
 
 
 def store_at(path, **kwargs):
