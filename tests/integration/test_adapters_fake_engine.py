@@ -5,6 +5,7 @@ multiplexing, ranked by router.replica_router), and the request that loaded it p
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -23,6 +24,7 @@ LOAD_S = 0.3
 # How long a replica's new adapter takes to reach the routers (the replica reports it to Serve's
 # controller, which tells the routers): the test waits this long after a load.
 PROPAGATION_S = 3.0
+TPOT_S = 0.05
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +32,7 @@ def url(ray_cluster, embedded_model_dir):
     raw = config_for_tests().model_dump(mode="json")
     raw["app_name"] = "trilemma-adapters"
     raw["pools"]["short"].update(replicas=2, resources={"CPU": 0.1}, lora={"max_loras": 1, "max_resident": 1},
-                                 env={"TRILEMMA_FAKE_ADAPTER_LOAD_S": str(LOAD_S)})
+                                 env={"TRILEMMA_FAKE_ADAPTER_LOAD_S": str(LOAD_S), "TRILEMMA_FAKE_TPOT_S": str(TPOT_S)})
     raw["pools"]["long"].update(resources={"CPU": 0.1})
     raw["adapters"] = {name: {"base": MODEL, "source": str(ADAPTERS / name)} for name in ("tagged", "jsonish")}
     with deployed(TrilemmaConfig.from_dict(raw), engine_cls=FakeEngine, model_source=str(embedded_model_dir),
@@ -38,9 +40,9 @@ def url(ray_cluster, embedded_model_dir):
         yield url
 
 
-def ask(url: str, model: str) -> dict:
+def ask(url: str, model: str, max_tokens: int = 2) -> dict:
     response = httpx.post(f"{url}/v1/chat/completions", timeout=60, json={
-        "model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
+        "model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": max_tokens})
     assert response.status_code == 200, response.text
     return response.json()
 
@@ -50,13 +52,19 @@ def served_by(answer: dict) -> str:
 
 
 def test_the_replica_holding_an_adapter_gets_its_requests_and_the_loading_request_pays_the_load(url):
-    first = ask(url, "tagged")
+    # The adapter is loaded on the replica that is not Serve's first choice between idle replicas:
+    # while a long base request holds that one, the least loaded is the other.
+    with ThreadPoolExecutor(1) as pool:
+        long = pool.submit(ask, url, MODEL, 80)  # 4 s at TPOT_S
+        time.sleep(1.0)
+        first = ask(url, "tagged")
+        busy = served_by(long.result())
     assert first["model"] == "tagged" and first["usage"]["adapter_load_s"] >= LOAD_S
     assert first["usage"]["engine_busy_s"] >= LOAD_S
     holder = served_by(first)
-    assert holder.endswith(",adapter=tagged")
+    assert holder.endswith(",adapter=tagged") and not holder.startswith(busy)
     time.sleep(PROPAGATION_S)
-    # Without the preference, each of these would go to either idle replica, half of them elsewhere.
+    # Both replicas idle now: without the preference these go where idle ties go, the other replica.
     later = [ask(url, "tagged") for _ in range(8)]
     assert {served_by(answer) for answer in later} == {holder}
     assert all("adapter_load_s" not in answer["usage"] for answer in later)
