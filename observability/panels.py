@@ -136,6 +136,11 @@ def _cost(names: Names) -> list[Panel]:
             Target(promql.quantile(q / 100, wire.REQUEST_COST_USD, RATE, "scenario", f"{{{SCENARIO}}}"),
                    f"p{q} {{{{scenario}}}}") for q in (50, 99)
         ), "Each request's share of busy engine time, as its answer reports it."),
+        Panel("Cost", "$ per 1M tokens charged, by LoRA adapter", "currencyUSD", (
+            Target(f"sum by (adapter) (rate({wire.REQUEST_COST_USD_TOTAL}{{{POOL}}}[{RATE}])) / "
+                   f"sum by (adapter) (rate({wire.TOKENS_TOTAL}{{{POOL}}}[{RATE}])) * 1e6", "{{adapter}}"),
+        ), "What requests with each adapter were charged per token (`base`: none), the loads they caused "
+           "included: on a CPU an adapter's requests cost more than the base's (docs/adapters.md)."),
         Panel("Cost", "Spend by tenant, last 24 h, against its daily budget", "currencyUSD", (
             Target(f"sum by (tenant) (increase({wire.REQUEST_COST_USD_TOTAL}[24h]))", "spent {{tenant}}"),
             Target(f"max by (tenant) ({wire.TENANT_DAILY_BUDGET_USD})", "budget {{tenant}}"),
