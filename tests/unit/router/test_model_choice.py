@@ -8,7 +8,7 @@ import pytest
 
 from core.config import ConfigError, TrilemmaConfig
 from core.errors import ApiError
-from router.model_choice import ModelChoice
+from router.model_choice import ModelChoice, ModelPick
 from router.pool_choice import PoolChooser, PoolRequest
 from router.pool_health import PoolHealth
 from router.routing import RoutingPolicy
@@ -124,3 +124,34 @@ def test_a_scenario_naming_a_model_it_cannot_reach_is_refused(scenario_models, m
     with pytest.raises(ConfigError) as caught:
         TrilemmaConfig.from_dict(raw_config(**scenario_models))
     assert message in str(caught.value)
+
+
+def adapter_models() -> tuple[TrilemmaConfig, ModelChoice]:
+    """An adapter of the large model, served by its full-precision batch pool only."""
+    raw = raw_config()
+    raw["pools"]["batch"]["lora"] = {}
+    raw["adapters"] = {"legal": {"base": "big", "source": "/adapters/legal"}}
+    config = TrilemmaConfig.from_dict(raw)
+    return config, ModelChoice(config)
+
+
+def test_an_adapters_name_picks_its_base_with_the_adapter():
+    config, models = adapter_models()
+    assert models.pick("legal", "quality", config.scenarios["quality"]) == ModelPick("big", "legal")
+    assert models.pick("big", "quality", config.scenarios["quality"]) == ModelPick("big")
+
+
+def test_an_unknown_name_lists_the_models_and_the_adapters():
+    config, models = adapter_models()
+    with pytest.raises(ApiError) as caught:
+        models.pick("legal-v2", "quality", config.scenarios["quality"])
+    assert caught.value.status == 404
+    assert caught.value.message == ("model 'legal-v2' does not exist; this server serves models ['small', 'big'] "
+                                    "and adapters ['legal']")
+
+
+def test_an_adapter_whose_lora_pools_the_scenario_may_not_use_is_a_400():
+    config, models = adapter_models()  # cost may use batch-fp8 alone, which sets no lora
+    with pytest.raises(ApiError) as caught:
+        models.pick("legal", "cost", config.scenarios["cost"])
+    assert caught.value.status == 400 and "none of the pools it may use for 'big' sets `lora`" in caught.value.message
