@@ -155,6 +155,7 @@ def markdown(result: dict[str, Any]) -> str:
     for cell in result["cells"]:
         lines.append(
             f"| {cell['cell']} | {cell['concurrency']} | {fmt(cell['output_tps'])}"
-            f" | {fmt(cell['tps_vs_plain_base'], 2)} | {fmt(cell['tps_vs_lora_base'], 2)} | {fmt(cell['ttft_ms']['p50'])} | {fmt(cell['ttft_ms']['p99'])}"
+            f" | {fmt(cell['tps_vs_plain_base'], 2)} | {fmt(cell['tps_vs_lora_base'], 2)}"
+            f" | {fmt(cell['ttft_ms']['p50'])} | {fmt(cell['ttft_ms']['p99'])}"
             f" | {fmt(cell['tpot_ms']['p50'])} | {fmt(cell['tpot_ms']['p99'])} | {cell['errors'] or 0} |")
     return "\n".join(lines) + "\n"

@@ -182,13 +182,14 @@ def accelerator_for(device_name: str | None) -> str | None:
 def hourly_prices(accelerator: str, purchase: str = "on_demand", catalog_path: Path | None = None) -> dict[str, Any]:
     """One GPU's $/h from the catalog: the hardware price alone, and the app's replica rate
     (hardware, energy at board power, the cloud premium) as core.price_catalog bills a replica."""
+    from bench.cli_common import shown_path
     from core.price_catalog import DEFAULT_CATALOG_PATH, PriceCatalog, replica_rate
 
     path = catalog_path or DEFAULT_CATALOG_PATH
     catalog = PriceCatalog.from_yaml(path)
     price = catalog.accelerator(accelerator)
     return {"accelerator": accelerator, "purchase": purchase, "catalog_as_of": catalog.as_of,
-            "catalog": str(path), "gpu_usd_per_hour": price.usd_per_hour(purchase),
+            "catalog": shown_path(path), "gpu_usd_per_hour": price.usd_per_hour(purchase),
             "replica_usd_per_hour": replica_rate(catalog, accelerator, 1, purchase).usd_per_hour}
 
 
@@ -223,7 +224,8 @@ def priced_rows(runs: Sequence[Mapping[str, Any]], prices: Mapping[str, Any] | N
             tps = s["output_tokens_per_s"]
             n = max(cell["adapters"], 1)
             rows.append({
-                "label": cell_label(run, cell), "rank": run["engine"]["max_lora_rank"] if run["engine"]["enable_lora"] else 0,
+                "label": cell_label(run, cell),
+                "rank": run["engine"]["max_lora_rank"] if run["engine"]["enable_lora"] else 0,
                 "adapters": cell["adapters"], "concurrency": cell["concurrency"], "summary": s,
                 "usd_per_1m_tokens": usd_per_1m_tokens(gpu_hour, tps),
                 "replica_usd_per_1m_tokens": usd_per_1m_tokens(replica_hour, tps),
@@ -250,11 +252,13 @@ def markdown_table(rows: Sequence[Mapping[str, Any]]) -> str:
     lines = []
     for r in rows:
         s = r["summary"]
-        share = "-" if r["adapters"] == 0 else f"{fmt(r['tokens_per_s_per_adapter'], 0)} ({r['token_share_per_adapter']:.1%})"
+        share = "-" if r["adapters"] == 0 else \
+            f"{fmt(r['tokens_per_s_per_adapter'], 0)} ({r['token_share_per_adapter']:.1%})"
         lines.append(
-            f"| {r['concurrency']} | {r['label']} | {fmt(s['output_tokens_per_s'], 0)} | {ratio(r['throughput_vs_no_lora'])} "
-            f"| {fmt(s['requests_per_s'], 2)} | {fmt(s['ttft_ms']['p50'], 1)} | {fmt(s['ttft_ms']['p99'], 1)} "
-            f"| {fmt(s['tpot_ms']['p50'], 2)} | {fmt(s['tpot_ms']['p99'], 2)} | {fmt(r['usd_per_1m_tokens'], 4)} | {share} |")
+            f"| {r['concurrency']} | {r['label']} | {fmt(s['output_tokens_per_s'], 0)} "
+            f"| {ratio(r['throughput_vs_no_lora'])} | {fmt(s['requests_per_s'], 2)} | {fmt(s['ttft_ms']['p50'], 1)} "
+            f"| {fmt(s['ttft_ms']['p99'], 1)} | {fmt(s['tpot_ms']['p50'], 2)} | {fmt(s['tpot_ms']['p99'], 2)} "
+            f"| {fmt(r['usd_per_1m_tokens'], 4)} | {share} |")
     return header + "\n".join(lines) + "\n"
 
 
