@@ -1,14 +1,18 @@
-"""End to end: the committed LoRA adapters served by a real vLLM CPU pool through the app. Each
-adapter's answers are in its trained format and the base's are not, and stay the same after the
-adapters ran (bench.adapter_answers checks the same on the engine alone); a tenant's default adapter
-applies; unknown, over-rank and broken adapters are refused with the reason while the replica
-goes on serving; a third adapter evicts the least recently used one, which loads again (and
-its request pays the load); the metrics carry the adapter label; the batch job runs with one."""
+"""End to end: two public models on real vLLM CPU engines, one per pool, in an app of their own,
+and the committed LoRA adapters of one of them, served by its pool.
+
+The router counts each request in its model's tokens and sends it to the pool that serves it.
+Each adapter's answers are in its trained format and the base's are not, and stay the same after
+the adapters ran (bench.adapter_answers checks the same on the engine alone); a tenant's default
+adapter applies; unknown, over-rank and broken adapters are refused with the reason while the
+replica goes on serving; a third adapter evicts the least recently used one, which loads again
+(and its request pays the load); the metrics carry the adapter label; the batch job runs with one."""
 
 from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import httpx
 import openai
@@ -16,9 +20,12 @@ import pytest
 
 from bench.adapter_answers import HELD_OUT
 from bench.adapter_training_data import TAG, in_style, qa_pairs, split_held_out
+from core.config import TrilemmaConfig
 from jobs.summarize.cli import main as summarize
 from jobs.summarize.sample_corpus import write_sample
-from tests.e2e.conftest import CHAT_MODEL
+from router.tenants import add_tenant
+from serve_app.launcher import deployed
+from tests.support import config_for_tests
 
 pytestmark = pytest.mark.e2e
 
@@ -27,11 +34,34 @@ ANSWER_TOKENS = 24
 METRICS_WAIT_S = 60
 # Three of the questions the adapters never saw in training (bench.make_adapters' seed 0).
 QUESTIONS = [question for question, _ in split_held_out(qa_pairs(0), HELD_OUT, 0)[1][:3]]
+CHAT_MODEL = "smol-chat"
+DEFAULT = "SmolLM2-135M-Instruct"
+ADAPTERS = Path(__file__).resolve().parents[1] / "data" / "adapters"
+# Held at most two at once by the short pool's replica: a third adapter evicts the least recently used.
+MAX_RESIDENT = 2
 
 
 @pytest.fixture(scope="module")
-def url(models_app):
-    return models_app[0]
+def models_app(ray_cluster, embedded_model_dir, tmp_path_factory):
+    """(URL, API keys by tenant) of an app of two public models: the short pool serves CHAT_MODEL,
+    the committed adapters of it (tagged, jsonish, tagged-again: tagged's files under another
+    name, and the broken fixtures) and the chat scenario; the long pool the app's default model.
+    Tenant `adapted` gets the tagged adapter by default."""
+    tenants = tmp_path_factory.mktemp("models-tenants") / "tenants.yaml"
+    keys = {"plain": add_tenant(tenants, "plain", None), "adapted": add_tenant(tenants, "adapted", None, "tagged")}
+    raw = config_for_tests().model_dump(mode="json")
+    raw["app_name"] = "trilemma-models"
+    raw["tenants"]["keys_file"] = str(tenants)
+    # The same weights under a public name of their own: what matters here is which engine is asked.
+    raw["pools"]["short"]["model"] = {"name": CHAT_MODEL, "source": str(embedded_model_dir)}
+    raw["pools"]["short"]["lora"] = {"max_loras": 2, "max_lora_rank": 16, "max_resident": MAX_RESIDENT}
+    raw["scenarios"]["chat"]["models"] = [CHAT_MODEL]
+    folders = {"tagged": "tagged", "jsonish": "jsonish", "tagged-again": "tagged", "rank-64": "bad/rank-64",
+               "truncated": "bad/truncated", "wrong-base-smaller": "bad/wrong-base-smaller"}
+    raw["adapters"] = {name: {"base": CHAT_MODEL, "source": str(ADAPTERS / folder)} for name, folder in folders.items()}
+    with deployed(TrilemmaConfig.from_dict(raw), model_source=str(embedded_model_dir),
+                  route_prefix="/models") as url:
+        yield url, keys
 
 
 def client_of(models_app, tenant: str = "plain") -> openai.OpenAI:
@@ -167,3 +197,32 @@ def test_the_batch_job_summarizes_with_an_adapter(models_app, tmp_path, capsys):
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(rows) == 2 and all(row["status"] == "done" and row["pool"] == "short" for row in rows)
     assert all(row["summary"].startswith(TAG) for row in rows), [row["summary"] for row in rows]
+
+
+# Two public models: which pool each goes to.
+
+def ask(client: openai.OpenAI, model: str, scenario: str):
+    raw = client.chat.completions.with_raw_response.create(
+        model=model, messages=[{"role": "user", "content": "What is the capital of France?"}], max_tokens=16,
+        temperature=0, extra_headers={"X-Scenario": scenario})
+    return raw.parse(), raw.headers
+
+
+def test_models_lists_each_public_name_before_the_adapters(models_app):
+    models = [model.id for model in client_of(models_app).models.list().data]
+    assert sorted(models[:2]) == sorted([CHAT_MODEL, DEFAULT]) and set(models[2:]) >= {"tagged", "jsonish"}
+
+
+@pytest.mark.parametrize("model, scenario, pool", [(CHAT_MODEL, "chat", "short"), (DEFAULT, "batch", "long")])
+def test_each_model_answers_from_its_own_pool(models_app, model, scenario, pool):
+    reply, headers = ask(client_of(models_app), model, scenario)
+    assert reply.model == model and "Paris" in reply.choices[0].message.content
+    # A short prompt for the default model goes to the long pool: the only one that serves it.
+    assert headers["x-trilemma-pool"] == pool
+    assert reply.usage.prompt_tokens == int(headers["x-trilemma-prompt-tokens"])
+
+
+def test_a_model_outside_the_scenarios_is_refused(models_app):
+    with pytest.raises(openai.BadRequestError) as caught:
+        ask(client_of(models_app), DEFAULT, "chat")
+    assert caught.value.body["code"] == "model_not_allowed"
