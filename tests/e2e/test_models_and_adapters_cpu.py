@@ -55,6 +55,10 @@ def models_app(ray_cluster, embedded_model_dir, tmp_path_factory):
     # The same weights under a public name of their own: what matters here is which engine is asked.
     raw["pools"]["short"]["model"] = {"name": CHAT_MODEL, "source": str(embedded_model_dir)}
     raw["pools"]["short"]["lora"] = {"max_loras": 2, "max_lora_rank": 16, "max_resident": MAX_RESIDENT}
+    # Half a CPU each to Ray (their cores are bound by env): the tier's shared app holds two of its
+    # four, and the batch job's stages need room beside the two apps.
+    for pool in raw["pools"].values():
+        pool["resources"] = {"CPU": 0.5}
     raw["scenarios"]["chat"]["models"] = [CHAT_MODEL]
     folders = {"tagged": "tagged", "jsonish": "jsonish", "tagged-again": "tagged", "rank-64": "bad/rank-64",
                "truncated": "bad/truncated", "wrong-base-smaller": "bad/wrong-base-smaller"}
