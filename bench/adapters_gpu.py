@@ -11,8 +11,11 @@ rotation against base-only requests, closed-loop, and what a million output toke
 requests on this engine) and each concurrency (--concurrency): output tokens/s, requests/s,
 TTFT median and p99, TPOT median and p99, closed-loop (each of C clients sends its next request
 when its last one ends), fixed prompt length (random token ids, a fresh prompt per request) and
-fixed output (ignore_eos). Before the cells it times each adapter's first request against its
-next ones (one request at a time: the load from disk into the GPU's slot shows in the first).
+fixed output (ignore_eos). A mixed cell (--mixed N) sends every other request to the base and
+the rest to N adapters in rotation, so base and adapter requests share the engine's batches; its
+base and adapter requests are summarized apart as well. Before the cells it times each adapter's
+first request against its next ones (one request at a time: the load from disk into the GPU's
+slot shows in the first).
 Every cell is preceded by a warm-up wave. The JSON is rewritten after each cell, so a run cut
 short keeps what it measured.
 
@@ -74,6 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="the adapters' rank and the engine's max_lora_rank; 0: an engine without LoRA")
     run.add_argument("--adapters", type=int_list, default=[0, 1, 8, 32],
                      help="adapters in rotation per cell, comma-separated; 0: base-only requests")
+    run.add_argument("--mixed", type=int_list, default=[],
+                     help="mixed cells: every other request to the base, the rest to N adapters in rotation")
     run.add_argument("--concurrency", type=int_list, default=[16, 128], help="requests in flight, comma-separated")
     run.add_argument("--max-loras", type=int, default=32, help="adapters a batch may hold (GPU slots)")
     run.add_argument("--max-cpu-loras", type=int, help="adapters kept in CPU memory (default: all of them)")
@@ -110,11 +115,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     if args.command == "run":
         if args.rank < 0:
             parser.error("--rank must be >= 0")
-        if args.rank == 0 and any(args.adapters):
+        if args.rank == 0 and (any(args.adapters) or args.mixed):
             parser.error("an engine without LoRA (--rank 0) serves base-only requests only: --adapters 0")
+        if 0 in args.mixed:
+            parser.error("a mixed cell needs at least one adapter: --mixed 1 or more")
         if args.rank and args.max_loras < 1:
             parser.error("--max-loras must be >= 1")
-        needed = max(args.adapters)
+        needed = max(args.adapters + args.mixed)
         if args.max_cpu_loras is None:
             args.max_cpu_loras = max(needed, args.max_loras)
         if args.rank and args.max_cpu_loras < max(needed, args.max_loras):
@@ -144,17 +151,25 @@ def cell_requests(concurrency: int, rounds: int, min_requests: int) -> int:
     return max(concurrency * rounds, min_requests)
 
 
-def rotation(count: int) -> list[int]:
+def rotation(count: int, mixed: bool = False) -> list[int]:
     """Adapter indexes (1-based, as vLLM's lora_int_id) in the order requests name them; [0] is
-    the base model alone."""
+    the base model alone, and a mixed rotation names the base (0) before each adapter."""
+    if mixed:
+        return [index for adapter in range(1, count + 1) for index in (0, adapter)]
     return list(range(1, count + 1)) if count else [0]
+
+
+def latencies_ms(records: Sequence[Mapping[str, Any]]) -> tuple[list[float], list[float]]:
+    """Each request's TTFT, and its TPOT where it has more than one token, in milliseconds."""
+    ttft = [r["ttft_s"] * 1000 for r in records]
+    tpot = [(r["e2e_s"] - r["ttft_s"]) / (r["output_tokens"] - 1) * 1000 for r in records if r["output_tokens"] > 1]
+    return ttft, tpot
 
 
 def summarize(records: Sequence[Mapping[str, Any]], wall_s: float) -> dict[str, Any]:
     """A cell's figures from its requests (each: adapter, ttft_s, e2e_s, output_tokens)."""
     tokens = sum(r["output_tokens"] for r in records)
-    ttft = [r["ttft_s"] * 1000 for r in records]
-    tpot = [(r["e2e_s"] - r["ttft_s"]) / (r["output_tokens"] - 1) * 1000 for r in records if r["output_tokens"] > 1]
+    ttft, tpot = latencies_ms(records)
     per_adapter: dict[str, int] = {}
     for r in records:
         per_adapter[str(r["adapter"])] = per_adapter.get(str(r["adapter"]), 0) + r["output_tokens"]
@@ -169,6 +184,19 @@ def summarize(records: Sequence[Mapping[str, Any]], wall_s: float) -> dict[str, 
         "adapters_served": len(per_adapter),
         "token_share_per_adapter": {"min": shares[0] if shares else None, "max": shares[-1] if shares else None},
     }
+
+
+def latency_by_kind(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """A mixed cell's base requests (adapter 0) and adapter requests, each with its own TTFT and
+    TPOT: what each pays for sharing batches with the other."""
+    kinds = {"base": [r for r in records if r["adapter"] == 0], "adapter": [r for r in records if r["adapter"] != 0]}
+    out = {}
+    for kind, chosen in kinds.items():
+        ttft, tpot = latencies_ms(chosen)
+        out[kind] = {"requests": len(chosen), "output_tokens": sum(r["output_tokens"] for r in chosen),
+                     "ttft_ms": {"p50": percentile(ttft, 50), "p99": percentile(ttft, 99)},
+                     "tpot_ms": {"p50": percentile(tpot, 50), "p99": percentile(tpot, 99)}}
+    return out
 
 
 def accelerator_for(device_name: str | None) -> str | None:
@@ -207,7 +235,10 @@ def cell_label(run: Mapping[str, Any], cell: Mapping[str, Any]) -> str:
         return "no LoRA, base only"
     rank = run["engine"]["max_lora_rank"]
     count = cell["adapters"]
-    return f"r{rank}, base only" if count == 0 else f"r{rank}, {count} adapter{'' if count == 1 else 's'}"
+    adapters = f"{count} adapter{'' if count == 1 else 's'}"
+    if cell.get("mixed"):
+        return f"r{rank}, base + {adapters}, half each"
+    return f"r{rank}, base only" if count == 0 else f"r{rank}, {adapters}"
 
 
 def priced_rows(runs: Sequence[Mapping[str, Any]], prices: Mapping[str, Any] | None) -> list[dict[str, Any]]:
@@ -222,11 +253,13 @@ def priced_rows(runs: Sequence[Mapping[str, Any]], prices: Mapping[str, Any] | N
         for cell in run["cells"]:
             s, ref = cell["summary"], reference.get(cell["concurrency"])
             tps = s["output_tokens_per_s"]
-            n = max(cell["adapters"], 1)
+            # A mixed cell gives half of its requests to the base, the other half to its adapters.
+            n = 2 * cell["adapters"] if cell.get("mixed") else max(cell["adapters"], 1)
             rows.append({
                 "label": cell_label(run, cell),
                 "rank": run["engine"]["max_lora_rank"] if run["engine"]["enable_lora"] else 0,
-                "adapters": cell["adapters"], "concurrency": cell["concurrency"], "summary": s,
+                "adapters": cell["adapters"], "mixed": bool(cell.get("mixed")), "concurrency": cell["concurrency"],
+                "summary": s,
                 "usd_per_1m_tokens": usd_per_1m_tokens(gpu_hour, tps),
                 "replica_usd_per_1m_tokens": usd_per_1m_tokens(replica_hour, tps),
                 "tokens_per_s_per_adapter": tps / n if tps else None,
@@ -237,7 +270,7 @@ def priced_rows(runs: Sequence[Mapping[str, Any]], prices: Mapping[str, Any] | N
                 "tpot_p50_vs_no_lora": (s["tpot_ms"]["p50"] / ref["tpot_ms"]["p50"]
                                         if ref and s["tpot_ms"]["p50"] and ref["tpot_ms"]["p50"] else None),
             })
-    rows.sort(key=lambda r: (r["concurrency"], r["rank"], r["adapters"]))
+    rows.sort(key=lambda r: (r["concurrency"], r["rank"], r["mixed"], r["adapters"]))
     return rows
 
 
@@ -260,6 +293,31 @@ def markdown_table(rows: Sequence[Mapping[str, Any]]) -> str:
             f"| {fmt(s['ttft_ms']['p99'], 1)} | {fmt(s['tpot_ms']['p50'], 2)} | {fmt(s['tpot_ms']['p99'], 2)} "
             f"| {fmt(r['usd_per_1m_tokens'], 4)} | {share} |")
     return header + "\n".join(lines) + "\n"
+
+
+def mixed_table(rows: Sequence[Mapping[str, Any]]) -> str:
+    """Each mixed cell's base and adapter requests against the same engine's cells of base requests
+    alone and of the same adapters alone, at the same concurrency."""
+    alone = {(r["rank"], r["concurrency"], r["adapters"]): r["summary"] for r in rows if not r["mixed"]}
+    header = ("| in flight | engine, requests | base TTFT p50 ms (alone) | base TPOT p50 ms (alone) "
+              "| adapter TTFT p50 ms (alone) | adapter TPOT p50 ms (alone) |\n"
+              "| --- | --- | --- | --- | --- | --- |\n")
+    lines = []
+    for r in rows:
+        if not r["mixed"]:
+            continue
+        kinds = r["summary"]["by_kind"]
+        base_alone = alone.get((r["rank"], r["concurrency"], 0))
+        adapters_alone = alone.get((r["rank"], r["concurrency"], r["adapters"]))
+
+        def pair(kind: str, metric: str, reference: Mapping[str, Any] | None) -> str:
+            theirs = fmt(reference[metric]["p50"], 2) if reference else "-"
+            return f"{fmt(kinds[kind][metric]['p50'], 2)} ({theirs})"
+
+        lines.append(f"| {r['concurrency']} | {r['label']} | {pair('base', 'ttft_ms', base_alone)} "
+                     f"| {pair('base', 'tpot_ms', base_alone)} | {pair('adapter', 'ttft_ms', adapters_alone)} "
+                     f"| {pair('adapter', 'tpot_ms', adapters_alone)} |")
+    return header + "\n".join(lines) + "\n" if lines else ""
 
 
 def first_load_table(runs: Sequence[Mapping[str, Any]]) -> str:
@@ -293,6 +351,10 @@ def table_markdown(result: Mapping[str, Any], runs: Sequence[Mapping[str, Any]])
               f"{prices['catalog_as_of']})" if prices else "no price (GPU not in the catalog)")
     parts = [f"Devices: {', '.join(result['devices'])}; vLLM {', '.join(result['vllm_versions'])}; {priced}.", "",
              markdown_table(result["rows"])]
+    mixed = mixed_table(result["rows"])
+    if mixed:
+        parts += ["Mixed cells: their base and adapter requests apart, against the same engine's cells of each "
+                  "alone (in brackets):", "", mixed]
     loads = first_load_table(runs)
     if loads:
         parts += ["First request of each adapter (one request at a time, max_tokens 1):", "", loads]
@@ -319,7 +381,7 @@ def _write_one_adapter(job: tuple[str, dict[str, Any], str, int, tuple[str, ...]
 
 
 def adapter_jobs(args: argparse.Namespace, base_config: dict[str, Any]) -> list[tuple]:
-    count = max(args.adapters)
+    count = max(args.adapters + args.mixed)
     root = args.adapter_dir / f"r{args.rank}"
     return [(str(root / f"a{i:02d}"), base_config, str(args.model), args.rank, args.modules, args.seed * 1000 + i)
             for i in range(1, count + 1)]
@@ -454,19 +516,25 @@ class Measurement:
                 self.save()
                 print("first loads:", json.dumps({k: v for k, v in result["first_load"].items()
                                                   if not isinstance(v, list)}), flush=True)
+            plan = [(count, False) for count in args.adapters] + [(count, True) for count in args.mixed]
             for concurrency in args.concurrency:
-                for count in args.adapters:
-                    rotating = [None] if count == 0 else loras[:count]
+                for count, mixed in plan:
+                    rotating = [loras[index - 1] if index else None for index in rotation(count, mixed)]
+                    tag = f"{'mixed-' if mixed else ''}{count}-{concurrency}"
                     await self.closed_loop(engine, rotating, concurrency, concurrency, args.warmup_tokens,
-                                           f"warm-{count}-{concurrency}")
+                                           f"warm-{tag}")
                     records, wall = await self.closed_loop(engine, rotating, concurrency,
                                                            cell_requests(concurrency, args.rounds, args.min_requests),
-                                                           args.output_tokens, f"cell-{count}-{concurrency}")
+                                                           args.output_tokens, f"cell-{tag}")
                     cell = {"adapters": count, "concurrency": concurrency, "summary": summarize(records, wall)}
+                    if mixed:
+                        cell["mixed"] = True
+                        cell["summary"]["by_kind"] = latency_by_kind(records)
                     result["cells"].append(cell)
                     self.save()
                     s = cell["summary"]
-                    print(f"adapters {count:>2} in flight {concurrency:>3}: {s['output_tokens_per_s']:.0f} out tok/s, "
+                    print(f"adapters {count:>2}{' mixed' if mixed else ''} in flight {concurrency:>3}: "
+                          f"{s['output_tokens_per_s']:.0f} out tok/s, "
                           f"TTFT p50 {s['ttft_ms']['p50']:.1f} p99 {s['ttft_ms']['p99']:.1f} ms, "
                           f"TPOT p50 {s['tpot_ms']['p50']:.2f} ms", flush=True)
         finally:

@@ -14,7 +14,9 @@ from bench.adapters_gpu import (
     combine,
     hourly_prices,
     int_list,
+    latency_by_kind,
     markdown_table,
+    mixed_table,
     parse_args,
     percentile,
     priced_rows,
@@ -49,6 +51,8 @@ def test_cpu_loras_cover_every_adapter_in_rotation():
     ["--rank", "8", "--concurrency", "256"],  # over max_num_seqs
     ["--rank", "8", "--prompt-tokens", "1000"],  # over max_model_len with the output
     ["--rank", "8", "--adapters", "1,1"],
+    ["--rank", "0", "--adapters", "0", "--mixed", "8"],  # no adapters to mix in
+    ["--rank", "8", "--mixed", "0"],
 ])
 def test_bad_run_arguments_are_refused(extra):
     with pytest.raises(SystemExit):
@@ -73,6 +77,26 @@ def test_percentile_interpolates_between_ranks():
 def test_rotation_names_adapters_from_one_and_the_base_as_zero():
     assert rotation(0) == [0]
     assert rotation(3) == [1, 2, 3]
+    # Mixed: every other request is the base's.
+    assert rotation(2, mixed=True) == [0, 1, 0, 2]
+
+
+def test_mixed_cells_write_the_adapters_they_name_and_keep_them_in_cpu_memory(tmp_path):
+    args = parse_args(["run", "--model", str(tmp_path), "--rank", "8", "--adapters", "0,1", "--mixed", "8",
+                       "--max-loras", "4", "--name", "n"])
+    assert args.mixed == [8] and args.max_cpu_loras == 8
+    assert len(adapter_jobs(args, {})) == 8
+
+
+def test_a_mixed_cells_base_and_adapter_requests_are_summarized_apart():
+    records = [{"adapter": i % 2, "ttft_s": 0.1 if i % 2 == 0 else 0.3, "e2e_s": 1.37 if i % 2 == 0 else 3.856,
+                "output_tokens": 128} for i in range(6)]
+    kinds = latency_by_kind(records)
+    assert kinds["base"]["requests"] == kinds["adapter"]["requests"] == 3
+    assert kinds["base"]["ttft_ms"]["p50"] == pytest.approx(100)
+    assert kinds["base"]["tpot_ms"]["p50"] == pytest.approx(10)
+    assert kinds["adapter"]["ttft_ms"]["p50"] == pytest.approx(300)
+    assert kinds["adapter"]["tpot_ms"]["p50"] == pytest.approx(28.0)
 
 
 def test_summarize_a_cell():
@@ -132,6 +156,23 @@ def test_rows_are_priced_and_set_against_the_engine_without_lora():
     table = markdown_table(rows)
     assert table.count("\n") == 2 + 3
     assert "| 16 | r8, 32 adapters | 1500 | 0.750x |" in table and "(3.1%)" in table
+
+
+def test_a_mixed_cell_is_set_against_each_kind_alone_on_the_same_engine():
+    lora = run(True, 8, [(0, 16, 1800.0, 30.0), (8, 16, 900.0, 60.0), (8, 16, 1200.0, 45.0)])
+    mixed = lora["cells"][2]
+    mixed["mixed"] = True
+    mixed["summary"]["by_kind"] = {"base": {"ttft_ms": {"p50": 40.0}, "tpot_ms": {"p50": 7.5}},
+                                   "adapter": {"ttft_ms": {"p50": 50.0}, "tpot_ms": {"p50": 9.0}}}
+    rows = priced_rows([lora], PRICES)
+    assert [r["label"] for r in rows] == ["r8, base only", "r8, 8 adapters", "r8, base + 8 adapters, half each"]
+    # Half the mixed cell's tokens are the base's, the rest split over its 8 adapters.
+    assert rows[-1]["token_share_per_adapter"] == pytest.approx(1 / 16)
+    table = mixed_table(rows)
+    assert table.count("\n") == 2 + 1
+    row = "| 16 | r8, base + 8 adapters, half each | 40.00 (30.00) | 7.50 (5.00) | 50.00 (60.00) | 9.00 (5.00) |"
+    assert row in table
+    assert mixed_table(rows[:2]) == ""
 
 
 def test_rows_without_a_reference_or_price_still_print():
