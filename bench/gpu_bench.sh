@@ -6,7 +6,8 @@
 # app-start (leaves the app serving), then app-hops, app-vs-vllm and app-wake against it, and
 # app-stop; app-starts (the app's ready time over several starts, against its engines alone);
 # app-quality (against the started app: the 8B in bf16 and fp8), real-model and
-# app-quality-real (the embedded model's real weights in bf16 and fp8).
+# app-quality-real (the embedded model's real weights in bf16 and fp8); adapters (LoRA at the
+# engine, bench/adapters_gpu.py).
 # Needs vLLM and Ray importable (on the H200 host: PYTHONPATH of the installed wheelhouse) and
 # the architecture folders under $MODELS (default .wh/gpu/models). Weights are random
 # (load_format dummy): speed does not depend on their values.
@@ -184,6 +185,18 @@ app_replay_shared() {
     --name replay-azure-8b
 }
 
+# LoRA multiplexing at the engine: one engine a rank (ADAPTER_RANKS, default all four; 0 is the
+# engine without LoRA), about 4 minutes each with the compile cache warm, so one or two a call.
+# Then, where the results are: python -m bench.adapters_gpu table RUN.json ... --name adapters-8b.
+adapters() {
+  for rank in ${ADAPTER_RANKS:-0 8 16 64}; do
+    if [ "$rank" = 0 ]; then set -- --adapters 0 --name adapters-8b-nolora
+    else set -- --adapters 0,1,8,32 --mixed 8 --name "adapters-8b-r$rank"; fi
+    python3 -m bench.adapters_gpu run --model "$models/llama-8b-shape" --rank "$rank" --warmup-tokens 128 \
+      --out "$out" "$@"
+  done
+}
+
 case "$step" in
   engine) engine ;;
   app-overhead) app_overhead ;;
@@ -204,10 +217,11 @@ case "$step" in
   app-replay-app) app_replay_app ;;
   app-replay-vllm) app_replay_vllm ;;
   app-replay-shared) app_replay_shared ;;
+  adapters) adapters ;;
   all) engine; app_overhead; app_overhead_moderate; app_isolation; app_colocate ;;
   *) echo "unknown step $step: engine, app-overhead, app-overhead-moderate, app-isolation," \
           "app-isolation-split, app-isolation-shared, app-colocate, app-start, app-stop, app-starts, app-hops," \
           "app-vs-vllm, app-wake, app-quality, real-model, app-quality-real, app-replay-app, app-replay-vllm," \
-          "app-replay-shared or all" >&2
+          "app-replay-shared, adapters or all" >&2
      exit 2 ;;
 esac
