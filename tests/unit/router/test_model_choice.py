@@ -155,3 +155,40 @@ def test_an_adapter_whose_lora_pools_the_scenario_may_not_use_is_a_400():
     with pytest.raises(ApiError) as caught:
         models.pick("legal", "cost", config.scenarios["cost"])
     assert caught.value.status == 400 and "none of the pools it may use for 'big' sets `lora`" in caught.value.message
+
+
+def chooser_of(config: TrilemmaConfig, down: tuple[str, ...] = ()) -> PoolChooser:
+    policy = RoutingPolicy.from_config(config.routing, {"chat": 2.0, "batch": 3.0, "batch-fp8": 1.0})
+    health = PoolHealth({name: None for name in config.pools})
+    for name in down:
+        health.failed(name, "its replica died")
+    return PoolChooser(config, policy, health)
+
+
+def big_request(config: TrilemmaConfig, adapter: str | None = None) -> PoolRequest:
+    return PoolRequest(scenario_name="any", scenario=config.scenarios["any"], model="big", prompt_tokens=3000,
+                       max_tokens=64, adapter=adapter)
+
+
+def test_a_base_request_takes_an_equal_pool_without_lora_and_an_adapter_request_the_lora_pool():
+    raw = raw_config()
+    raw["pools"]["batch"]["lora"] = {}  # listed before batch-fp8, which sets none: the policy's first pick
+    raw["scenarios"]["any"] = {"priority": 1, "models": ["big"]}
+    raw["adapters"] = {"legal": {"base": "big", "source": "/adapters/legal"}}
+    config = TrilemmaConfig.from_dict(raw)
+    base = chooser_of(config).choose(big_request(config))
+    assert base.pool == "batch-fp8"
+    assert base.reason.endswith("base model: 'batch-fp8' before 'batch', which serves adapters (`lora`), "
+                                "so it stays out of their batches")
+    assert chooser_of(config).choose(big_request(config, adapter="legal")).pool == "batch"
+    # Only a tie-break: with the pool without lora down, the base request goes to the lora pool.
+    fallback = chooser_of(config, down=("batch-fp8",)).choose(big_request(config))
+    assert fallback.pool == "batch" and "before" not in fallback.reason
+
+
+def test_without_lora_pools_the_choice_and_its_reason_are_the_policys():
+    raw = raw_config()
+    raw["scenarios"]["any"] = {"priority": 1, "models": ["big"]}
+    config = TrilemmaConfig.from_dict(raw)
+    decision = chooser_of(config).choose(big_request(config))
+    assert decision.pool == "batch" and "stays out" not in decision.reason
