@@ -78,21 +78,22 @@ class PoolChooser:
         return decision
 
     def _base_off_lora_pools(self, request: PoolRequest, up: dict[str, PoolConfig]) -> RouteDecision | None:
-        """The policy's pick, with a base-model request offered pools without `lora` before equal
-        ones with it: in a batch that holds an adapter request every request pays the LoRA kernels
-        (on an H100, 1.5x to 2.3x a base request's TPOT: bench/results/adapters-h100). The order
-        breaks ties only; the policy's choice by length, price and quality stands."""
-        route = self._route_request(request)
-        if request.adapter is not None or all(pool.lora is None for pool in up.values()):
-            return self._policy.choose(route, up)
-        plain_first = dict(sorted(up.items(), key=lambda item: item[1].lora is not None))
-        decision = self._policy.choose(route, plain_first)
-        as_configured = self._policy.choose(route, up)
-        if decision is not None and as_configured is not None and decision.pool != as_configured.pool:
-            decision = dataclasses.replace(
-                decision, reason=f"{decision.reason}; base model: {decision.pool!r} before {as_configured.pool!r}, "
-                                 f"which serves adapters (`lora`), so it stays out of their batches")
-        return decision
+        """The policy's pick; for a base-model request that it sends to a pool with `lora`, a twin
+        without `lora` in its place where one is up: the same role and precision, room for the
+        request and no higher price. In a batch that holds an adapter request every request pays
+        the LoRA kernels (on an H100, 1.5x to 2.3x a base request's TPOT: bench/results/adapters-h100)."""
+        decision = self._policy.choose(self._route_request(request), up)
+        if decision is None or request.adapter is not None or up[decision.pool].lora is None:
+            return decision
+        chosen, prices = up[decision.pool], self._policy.usd_per_hour
+        twin = next((name for name, pool in up.items()
+                     if pool.lora is None and pool.role == chosen.role and pool.quantization == chosen.quantization
+                     and pool.max_model_len >= request.need
+                     and prices.get(name, 0.0) <= prices.get(decision.pool, 0.0)), None)
+        if twin is None:
+            return decision
+        return RouteDecision(twin, f"{decision.reason}; base model: {twin!r} in place of {decision.pool!r}, which "
+                                   f"serves adapters (`lora`), so the request stays out of their batches")
 
     def _pinned(self, request: PoolRequest) -> RouteDecision:
         name = request.pinned_pool

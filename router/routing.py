@@ -34,10 +34,8 @@ class RouteDecision:
 class RoutingPolicy:
     """Picks one of the candidate pools, or None when none of them can take the request.
 
-    Candidates are already limited to the pools the request's scenario may use, in the order
-    that breaks ties (the first of equals wins); subclasses register under a name that configs
-    refer to (`routing.policy`). `choose` must not change state: the chooser may ask twice to
-    say what an order changed.
+    Candidates are already limited to the pools the request's scenario may use; subclasses
+    register under a name that configs refer to (`routing.policy`).
     """
 
     registry: ClassVar[dict[str, type[RoutingPolicy]]] = {}

@@ -157,8 +157,11 @@ def test_an_adapter_whose_lora_pools_the_scenario_may_not_use_is_a_400():
     assert caught.value.status == 400 and "none of the pools it may use for 'big' sets `lora`" in caught.value.message
 
 
-def chooser_of(config: TrilemmaConfig, down: tuple[str, ...] = ()) -> PoolChooser:
-    policy = RoutingPolicy.from_config(config.routing, {"chat": 2.0, "batch": 3.0, "batch-fp8": 1.0})
+PRICES = {"chat": 2.0, "batch": 3.0, "batch-fp8": 1.0, "batch-2": 3.0}
+
+
+def chooser_of(config: TrilemmaConfig, down: tuple[str, ...] = (), **prices: float) -> PoolChooser:
+    policy = RoutingPolicy.from_config(config.routing, {**PRICES, **prices})
     health = PoolHealth({name: None for name in config.pools})
     for name in down:
         health.failed(name, "its replica died")
@@ -170,20 +173,39 @@ def big_request(config: TrilemmaConfig, adapter: str | None = None) -> PoolReque
                        max_tokens=64, adapter=adapter)
 
 
-def test_a_base_request_takes_an_equal_pool_without_lora_and_an_adapter_request_the_lora_pool():
+def twins_config(**batch_twin: Any) -> TrilemmaConfig:
+    """batch (long, lora) and its twin batch-2 (long, no lora), both serving `big` to scenario `any`."""
     raw = raw_config()
-    raw["pools"]["batch"]["lora"] = {}  # listed before batch-fp8, which sets none: the policy's first pick
+    raw["pools"]["batch"]["lora"] = {}
+    raw["pools"]["batch-2"] = {**raw["pools"]["batch"], "lora": None, **batch_twin}
     raw["scenarios"]["any"] = {"priority": 1, "models": ["big"]}
     raw["adapters"] = {"legal": {"base": "big", "source": "/adapters/legal"}}
-    config = TrilemmaConfig.from_dict(raw)
+    return TrilemmaConfig.from_dict(raw)
+
+
+def test_a_base_request_takes_the_lora_pools_twin_and_an_adapter_request_the_lora_pool():
+    config = twins_config()
     base = chooser_of(config).choose(big_request(config))
-    assert base.pool == "batch-fp8"
-    assert base.reason.endswith("base model: 'batch-fp8' before 'batch', which serves adapters (`lora`), "
-                                "so it stays out of their batches")
+    assert base.pool == "batch-2"
+    assert base.reason.endswith("; base model: 'batch-2' in place of 'batch', which serves adapters (`lora`), "
+                                "so the request stays out of their batches")
     assert chooser_of(config).choose(big_request(config, adapter="legal")).pool == "batch"
-    # Only a tie-break: with the pool without lora down, the base request goes to the lora pool.
-    fallback = chooser_of(config, down=("batch-fp8",)).choose(big_request(config))
-    assert fallback.pool == "batch" and "before" not in fallback.reason
+    # With the twin down, the base request goes where the policy sends it.
+    fallback = chooser_of(config, down=("batch-2",)).choose(big_request(config))
+    assert fallback.pool == "batch" and "in place of" not in fallback.reason
+
+
+@pytest.mark.parametrize("twin", [{"quantization": "fp8"}, {"role": "short", "max_model_len": 8192},
+                                  {"max_model_len": 2048}], ids=["other-precision", "other-role", "too-short"])
+def test_a_pool_that_differs_is_no_twin(twin):
+    config = twins_config(**twin)
+    decision = chooser_of(config).choose(big_request(config))
+    assert decision.pool == "batch" and "in place of" not in decision.reason
+
+
+def test_a_pricier_pool_is_no_twin():
+    config = twins_config()
+    assert chooser_of(config, **{"batch-2": 4.0}).choose(big_request(config)).pool == "batch"
 
 
 def test_without_lora_pools_the_choice_and_its_reason_are_the_policys():
@@ -191,4 +213,4 @@ def test_without_lora_pools_the_choice_and_its_reason_are_the_policys():
     raw["scenarios"]["any"] = {"priority": 1, "models": ["big"]}
     config = TrilemmaConfig.from_dict(raw)
     decision = chooser_of(config).choose(big_request(config))
-    assert decision.pool == "batch" and "stays out" not in decision.reason
+    assert decision.pool == "batch" and "in place of" not in decision.reason
