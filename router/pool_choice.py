@@ -89,7 +89,7 @@ class PoolChooser:
         twin = next((name for name, pool in up.items()
                      if pool.lora is None and pool.role == chosen.role and pool.quantization == chosen.quantization
                      and pool.max_model_len >= request.need
-                     and prices.get(name, 0.0) <= prices.get(decision.pool, 0.0)), None)
+                     and prices[name] <= prices[decision.pool]), None)
         if twin is None:
             return decision
         return RouteDecision(twin, f"{decision.reason}; base model: {twin!r} in place of {decision.pool!r}, which "

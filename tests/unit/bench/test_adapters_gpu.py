@@ -9,20 +9,22 @@ import pytest
 
 from bench import adapters_gpu
 from bench.adapters_gpu import (
-    accelerator_for,
     adapter_jobs,
-    combine,
-    hourly_prices,
     int_list,
     latency_by_kind,
-    markdown_table,
-    mixed_table,
     parse_args,
     percentile,
-    priced_rows,
     rotation,
     summarize,
     table_command,
+)
+from bench.adapters_gpu_tables import (
+    accelerator_for,
+    combine,
+    hourly_prices,
+    markdown_table,
+    mixed_table,
+    priced_rows,
     usd_per_1m_tokens,
 )
 
