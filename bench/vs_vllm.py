@@ -81,10 +81,18 @@ def wait_for_models(url: str, timeout_s: float, process: subprocess.Popen | None
 @contextlib.contextmanager
 def plain_vllm(argv: list[str], env: dict[str, str], url: str, log: Path, timeout_s: float) -> Iterator[float]:
     """Plain vLLM serving while the block runs; yields its ready time in seconds."""
+    with plain_vllm_process(argv, env, log) as process:
+        yield wait_for_models(url, timeout_s, process)
+
+
+@contextlib.contextmanager
+def plain_vllm_process(argv: list[str], env: dict[str, str], log: Path) -> Iterator[subprocess.Popen]:
+    """Plain vLLM started, not waited for, while the block runs: for a caller that starts more
+    beside it and waits for it later (`wait_for_models`)."""
     with open(log, "w") as out:
         process = subprocess.Popen(argv, env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT)
         try:
-            yield wait_for_models(url, timeout_s, process)
+            yield process
         finally:
             process.terminate()
             try:

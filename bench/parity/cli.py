@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import subprocess
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -96,17 +97,39 @@ def reference(args: argparse.Namespace, config: TrilemmaConfig) -> Iterator[str]
 @contextlib.contextmanager
 def plain_vllm_of_pool(config: TrilemmaConfig, pool: str, workdir: Path) -> Iterator[str]:
     """Plain `vllm serve` with `pool`'s engine arguments and environment, while the block runs."""
-    from bench.vs_vllm import plain_vllm, pool_engine, vllm_serve_argv
+    with started_plain_vllm_of_pool(config, pool, workdir) as plain:
+        yield plain.ready()
+
+
+@dataclass(frozen=True)
+class StartedPlainVllm:
+    """Plain `vllm serve` started and perhaps not serving yet."""
+
+    url: str
+    process: subprocess.Popen
+
+    def ready(self, timeout_s: float = START_TIMEOUT_S) -> str:
+        """The URL, once it serves."""
+        from bench.vs_vllm import wait_for_models
+
+        wait_for_models(self.url, timeout_s, self.process)
+        return self.url
+
+
+@contextlib.contextmanager
+def started_plain_vllm_of_pool(config: TrilemmaConfig, pool: str, workdir: Path) -> Iterator[StartedPlainVllm]:
+    """As `plain_vllm_of_pool`, but yields as soon as the process is started: a caller that starts
+    something else too (an app) lets the two starts overlap and calls `ready()` after."""
+    from bench.vs_vllm import plain_vllm_process, pool_engine, vllm_serve_argv
     from core.model_store import resolve_model_source
 
     model = config.pool_model(pool)
     source = resolve_model_source(model.source)
     engine_kwargs, env = pool_engine(config, pool, source)
     workdir.mkdir(parents=True, exist_ok=True)
-    url = f"http://127.0.0.1:{PLAIN_PORT}"
     argv = vllm_serve_argv(engine_kwargs, source, model.name, PLAIN_PORT, workdir / "vllm-serve.yaml")
-    with plain_vllm(argv, env, url, workdir / "vllm-serve.log", START_TIMEOUT_S):
-        yield url
+    with plain_vllm_process(argv, env, workdir / "vllm-serve.log") as process:
+        yield StartedPlainVllm(f"http://127.0.0.1:{PLAIN_PORT}", process)
 
 
 def run_suite(suite: list[Case], url_a: str, url_b: str, key_a: str | None,

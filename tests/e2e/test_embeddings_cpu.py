@@ -9,7 +9,7 @@ import math
 import httpx
 import pytest
 
-from bench.parity.cli import plain_vllm_of_pool
+from bench.parity.cli import started_plain_vllm_of_pool
 from core.config import TrilemmaConfig
 from serve_app.launcher import deployed
 from tests.support import config_for_tests
@@ -32,15 +32,21 @@ def config(embedded_model_dir) -> TrilemmaConfig:
 
 
 @pytest.fixture(scope="module")
-def app_url(ray_cluster, config, embedded_model_dir):
+def plain(config, tmp_path_factory):
+    # Started before the app deploys, so the two starts overlap (each waits on I/O and Ray part of the time).
+    with started_plain_vllm_of_pool(config, "short", tmp_path_factory.mktemp("plain-embed")) as plain:
+        yield plain
+
+
+@pytest.fixture(scope="module")
+def app_url(ray_cluster, config, embedded_model_dir, plain):
     with deployed(config, model_source=str(embedded_model_dir), route_prefix="/embed") as url:
         yield url
 
 
 @pytest.fixture(scope="module")
-def plain_url(config, tmp_path_factory):
-    with plain_vllm_of_pool(config, "short", tmp_path_factory.mktemp("plain-embed")) as url:
-        yield url
+def plain_url(plain):
+    return plain.ready()
 
 
 def embed(url: str, api_key: str | None, **body) -> httpx.Response:
