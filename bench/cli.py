@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from bench.adapter_isolation import add_adapter_isolation_command
 from bench.adapter_mix import add_adapters_command
 from bench.arrivals import LoadShape
 from bench.autoscale.cli import add_commands as add_autoscale_commands
@@ -130,6 +131,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     add_wake_command(sub)
     add_parity_command(sub)
     add_adapters_command(sub)
+    add_adapter_isolation_command(sub)
     add_replay_command(sub)
     add_stops_command(sub)
     add_chaos_command(sub)

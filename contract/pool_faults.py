@@ -56,6 +56,25 @@ class AdapterUnusable(Exception):
     def __str__(self) -> str:
         return self.message
 
+class BaseModelRefused(Exception):
+    """A request without an adapter at a replica whose engines serve adapters and are not proven to
+    keep such a request off the adapters in its batch (core.lora_isolation). The router sends none
+    there; the replica refuses one that arrives all the same, before its engine sees it."""
+
+    status = 500
+    code = "base_model_refused"
+
+    def __init__(self, pool: str, reason: str) -> None:
+        super().__init__(pool, reason)
+        self.pool, self.reason = pool, reason
+
+    @property
+    def message(self) -> str:
+        return f"pool {self.pool!r} serves adapter requests only, so no request without an adapter: {self.reason}"
+
+    def __str__(self) -> str:
+        return self.message
+
 
 class EngineDied(Exception):
     """What a pool replica raises for a request once its engine is dead: the router sends the

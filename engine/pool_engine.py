@@ -9,6 +9,7 @@ import os
 from typing import Any, Iterator, Mapping
 
 from core.upstream import VLLMEngine, get_logger
+from core.vllm_plugins import PLUGINS_ENV
 from engine import vllm_compile_cache
 from engine.cpu_engine import AOT_COMPILE_ENV
 from engine.preload import preloaded_context
@@ -122,7 +123,7 @@ def unloaded_compile_cache_plugin(environ: Mapping[str, str], *, on_cpu: bool, l
     if not on_cpu or environ.get(AOT_COMPILE_ENV) != "1" or loads:
         return None
     return (f"{AOT_COMPILE_ENV}=1, but vLLM will not load the plugin {vllm_compile_cache.PLUGIN_NAME} on this node "
-            f"(the package is not installed with its entry points, or {vllm_compile_cache.PLUGINS_ENV} leaves it "
+            f"(the package is not installed with its entry points, or {PLUGINS_ENV} leaves it "
             f"out): vLLM 0.29 cannot load its compile cache on a CPU, so every start of this engine compiles the "
             f"model again; install the package here, or set {AOT_COMPILE_ENV}: \"0\" in the pool's env")
 

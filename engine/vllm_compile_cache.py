@@ -26,16 +26,13 @@ changes nothing where torch's artifact already has the method, or where the clas
 from __future__ import annotations
 
 import os
-from importlib.metadata import entry_points
 from typing import Mapping
 
+from core.vllm_plugins import plugin_loads
 from engine.cpu_engine import cpu_engine_env
 
 # The entry point's name in pyproject.toml.
 PLUGIN_NAME = "trilemma_compile_cache"
-PLUGIN_GROUP = "vllm.general_plugins"
-# vLLM's own variable: the names of the plugins to load, comma-separated; unset, all of them.
-PLUGINS_ENV = "VLLM_PLUGINS"
 
 
 def register() -> None:
@@ -50,13 +47,8 @@ def register() -> None:
 
 
 def registered(environ: Mapping[str, str] = os.environ) -> bool:
-    """Whether vLLM, run in `environ`, loads this plugin on this machine: the package is
-    installed with its entry points (a source tree on PYTHONPATH has none), and `VLLM_PLUGINS`,
-    where set, names it."""
-    allowed = environ.get(PLUGINS_ENV)
-    if allowed is not None and PLUGIN_NAME not in allowed.split(","):
-        return False
-    return any(point.name == PLUGIN_NAME for point in entry_points(group=PLUGIN_GROUP))
+    """Whether vLLM, run in `environ`, loads this plugin on this machine (core.vllm_plugins)."""
+    return plugin_loads(PLUGIN_NAME, environ)
 
 
 def with_cpu_engine_env(env: Mapping[str, str]) -> dict[str, str]:

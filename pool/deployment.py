@@ -107,11 +107,13 @@ def llm_config_for_pool(
 def build_pool_deployment(
     pool_name: str, pool: PoolConfig, llm_config: LLMConfig, rate: ReplicaRate,
     engine_cls: type | None = None, max_in_engine_ceiling: int | None = None,
-    adapters: dict[str, AdapterConfig] | None = None,
+    adapters: dict[str, AdapterConfig] | None = None, adapter_only: str | None = None,
 ) -> Application:
     """`engine_cls` swaps the vLLM engine for another LLMEngine (tests use a fake one);
     `max_in_engine_ceiling` lets the autoscaler raise the engine concurrency up to it;
-    `adapters` are the LoRA adapters its replicas may load (TrilemmaConfig.adapters_of_pool)."""
+    `adapters` are the LoRA adapters its replicas may load (TrilemmaConfig.adapters_of_pool);
+    `adapter_only`, where set, why its engines take no request without an adapter
+    (core.lora_isolation)."""
     if pool.sleep_when_idle.after_s is not None and pool.is_cpu and engine_cls is None:
         raise ConfigError(
             f"pools.{pool_name}.sleep_when_idle: vLLM's sleep mode needs a GPU and this pool's "
@@ -126,6 +128,7 @@ def build_pool_deployment(
         "sleep_when_idle": pool.sleep_when_idle.model_dump(),
         "lora": pool.lora.model_dump() if pool.lora is not None else None,
         "adapters": {name: adapter.model_dump() for name, adapter in (adapters or {}).items()},
+        "adapter_only": adapter_only,
     }
     if engine_cls is not None:
         bind_kwargs["engine_cls"] = engine_cls

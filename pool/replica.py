@@ -21,7 +21,7 @@ from ray.serve.llm import LLMConfig
 from ray.serve.llm.deployment import LLMServer  # Ray 2.58 warns on the `ray.serve.llm` alias
 
 from autoscaling.control_board import RayControlBoard, concurrency_key, replica_start_key
-from contract.pool_faults import AdapterUnusable, EngineDied, engine_death_reason
+from contract.pool_faults import AdapterUnusable, BaseModelRefused, EngineDied, engine_death_reason
 from contract.request_timeline import RequestTimeline
 from contract.serving_metrics import PoolMetrics
 from core.config import AdapterConfig, AdmissionConfig, IdleSleepConfig, PoolLoraConfig, StreamBatchingConfig
@@ -84,7 +84,8 @@ class PoolServer(LLMServer):
         self, llm_config: LLMConfig, *, pool_name: str, replica_rate: dict, admission: dict,
         max_in_engine: int, max_in_engine_ceiling: int | None = None, cpu_niceness: int | None = None,
         cpu_engine: bool = False, stream_batching: dict | None = None, sleep_when_idle: dict | None = None,
-        lora: dict | None = None, adapters: dict[str, dict] | None = None, **kwargs: Any
+        lora: dict | None = None, adapters: dict[str, dict] | None = None, adapter_only: str | None = None,
+        **kwargs: Any
     ) -> None:
         self._constructed_at = time.monotonic()
         # Before the base constructor, which starts the engine: its processes inherit the value.
@@ -110,6 +111,8 @@ class PoolServer(LLMServer):
         )
         self._lora = PoolLoraConfig(**lora) if lora is not None else None
         self._resident = self._resident_adapters(llm_config, adapters or {})
+        # Why the pool's engines may batch no request without an adapter beside adapter requests, if so.
+        self._adapter_only = adapter_only
         await super().__init__(llm_config, **kwargs)
 
     def _resident_adapters(self, llm_config: LLMConfig, adapters: dict[str, dict]) -> ResidentAdapters | None:
@@ -230,6 +233,8 @@ class PoolServer(LLMServer):
     async def _run_request(self, request: Any, **kwargs: Any) -> AsyncGenerator[Any, None]:
         if kwargs.get("engine_method") not in ADMITTED_METHODS:  # tokenize and the like: no generation
             return await self._engine_stream(request, kwargs)
+        if self._adapter_only is not None and not serve.get_multiplexed_model_id():
+            raise BaseModelRefused(self._pool_name, self._adapter_only)
         headers = getattr(kwargs.get("raw_request_info"), "headers", None)
         timeline = RequestTimeline.asked_for(headers)
         if timeline is not None:

@@ -62,6 +62,7 @@ class TrilemmaRouter(OpenAiIngress):
         rates: dict[str, dict[str, float]],
         tenants: dict[str, dict[str, Any]],
         quality: dict[str, Any] | None = None,
+        adapter_only: dict[str, str] | None = None,
     ) -> None:
         # The base class answers /v1/models from its model cards, one per public name; the handle
         # beside each is never called (requests go through the pool choice).
@@ -90,7 +91,7 @@ class TrilemmaRouter(OpenAiIngress):
         self._pipeline = RequestPipeline(RouterParts(
             config=config, models=self._models, accounting=self._accounting,
             token_counters={name: by_source[source] for name, source in tokenizer_sources.items()},
-            pool_chooser=PoolChooser(config, policy, self._health), health=self._health,
+            pool_chooser=PoolChooser(config, policy, self._health, adapter_only), health=self._health,
             pool_client=self._pool_client, quality=ledger,
             # Only the autoscaler puts the cost profile in force.
             cost_profile=CostProfileWatch(cost_profile_key(config.app_name)) if autoscaled else None,

@@ -4,6 +4,7 @@ that serve its model, that its scenario may use and that are up; or the error th
 from __future__ import annotations
 
 import dataclasses
+from typing import Mapping
 
 from core.config import PoolConfig, ScenarioConfig, TrilemmaConfig
 from core.errors import ApiError
@@ -31,8 +32,13 @@ class PoolRequest:
 
 
 class PoolChooser:
-    def __init__(self, config: TrilemmaConfig, policy: RoutingPolicy, health: PoolHealth) -> None:
+    """`adapter_only`: the pools whose engines may batch no request without an adapter beside
+    adapter requests (core.lora_isolation), each with the reason; they take adapter requests only."""
+
+    def __init__(self, config: TrilemmaConfig, policy: RoutingPolicy, health: PoolHealth,
+                 adapter_only: Mapping[str, str] | None = None) -> None:
         self._config, self._policy, self._health = config, policy, health
+        self._adapter_only = dict(adapter_only or {})
 
     def choose(self, request: PoolRequest) -> RouteDecision:
         largest = self._config.largest_max_model_len_for(request.model, request.scenario)
@@ -55,7 +61,8 @@ class PoolChooser:
 
     def _chosen(self, request: PoolRequest) -> RouteDecision:
         candidates = {name: self._config.pools[name] for name in self._config.pools_serving(
-            request.model, request.scenario, adapters=request.adapter is not None)}
+            request.model, request.scenario, adapters=request.adapter is not None)
+            if request.adapter is not None or name not in self._adapter_only}
         # Pools that would take the request but are down: skipped, and named in the answer.
         outages = [
             outage for name, pool in candidates.items()
@@ -108,6 +115,10 @@ class PoolChooser:
         if request.adapter is not None and pool.lora is None:
             raise ApiError(400, f"X-Trilemma-Pool names pool {name!r}, which serves no adapters (it sets no `lora`), "
                                 f"for adapter {request.adapter!r}", code="pool_model_mismatch", param="model")
+        if request.adapter is None and name in self._adapter_only:
+            raise ApiError(400, f"X-Trilemma-Pool names pool {name!r}, which serves adapter requests only, for model "
+                                f"{request.model!r} without an adapter: {self._adapter_only[name]}",
+                           code="pool_model_mismatch", param="model")
         if pool.max_model_len < request.need:
             raise ApiError(400, f"request needs {request.need} tokens, over pool {name!r}'s max_model_len "
                                 f"of {pool.max_model_len}", code="context_length_exceeded")

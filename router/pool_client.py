@@ -11,7 +11,7 @@ from typing import Any, AsyncGenerator
 from fastapi import HTTPException, Request
 from ray.serve.handle import DeploymentHandle
 
-from contract.pool_faults import AdapterUnusable, PoolOverloaded, one_line, replica_failure
+from contract.pool_faults import AdapterUnusable, BaseModelRefused, PoolOverloaded, one_line, replica_failure
 from contract.request_timeline import RequestTimeline
 from core import wire
 from core.errors import ApiError
@@ -125,7 +125,7 @@ class PoolClient:
         if isinstance(refusal, PoolOverloaded):
             return ApiError(429, refusal.message, code="pool_overloaded",
                             headers={"Retry-After": str(refusal.retry_after_s)})
-        if isinstance(refusal, AdapterUnusable):  # the replica refused it before its engine saw it
+        if isinstance(refusal, (AdapterUnusable, BaseModelRefused)):  # refused before its engine saw it
             return ApiError(refusal.status, refusal.message, code=refusal.code, param="model")
         gone = replica_failure(error)
         if gone is not None:  # nothing reached the client yet: safe to send elsewhere
@@ -165,10 +165,10 @@ def _raised_by(future: asyncio.Future | None, error: BaseException) -> bool:
     return future is not None and future.done() and not future.cancelled() and future.exception() is error
 
 
-def _refusal_of(error: BaseException) -> PoolOverloaded | AdapterUnusable | None:
+def _refusal_of(error: BaseException) -> PoolOverloaded | AdapterUnusable | BaseModelRefused | None:
     """The pool's refusal inside a (possibly Ray-wrapped) exception. Ray's wrapper is an
     instance of the original class too, but with Ray's traceback as its text: prefer its cause."""
     for candidate in (getattr(error, "cause", None), error.__cause__, error):
-        if isinstance(candidate, (PoolOverloaded, AdapterUnusable)):
+        if isinstance(candidate, (PoolOverloaded, AdapterUnusable, BaseModelRefused)):
             return candidate
     return None

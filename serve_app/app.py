@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from ray import serve
@@ -11,6 +12,7 @@ from ray.serve.deployment import Application
 from autoscaling.serve_config import serve_autoscaling_config
 from cluster.pricing import pool_rates, resolve_catalog
 from core.config import DEFAULT_CONFIG_PATH, TrilemmaConfig
+from core.lora_isolation import check_base_traffic_isolated, unisolated_lora_pools
 from core.model_store import resolve_model_source
 from core.upstream import to_model_metadata
 from pool.deployment import build_pool_deployment, llm_config_for_pool
@@ -25,6 +27,10 @@ def build_app(
 ) -> Application:
     """The whole online path. `model_source` stands in for every model's source (tests with a
     fake engine need no model weights, only a tokenizer)."""
+    # Here, where the engines' environment is decided: pools whose engines may batch no request
+    # without an adapter beside adapter requests take adapter requests only.
+    check_base_traffic_isolated(config, os.environ)
+    adapter_only = unisolated_lora_pools(config, os.environ)
     sources = {spec.source: model_source or resolve_model_source(spec.source) for spec in config.models.values()}
     in_use = sorted({pool.accelerator for pool in config.pools.values()})
     rates = pool_rates(config, resolve_catalog(config.costs, in_use))
@@ -39,11 +45,12 @@ def build_app(
         name: with_version(
             build_pool_deployment(name, config.pools[name], llm_config, rates[name], engine_cls,
                                   max_in_engine_ceiling=config.max_in_engine_ceiling(name),
-                                  adapters=config.adapters_of_pool(name)),
+                                  adapters=config.adapters_of_pool(name), adapter_only=adapter_only.get(name)),
             without_replica_counts({"pools": {name: config.pools[name].model_dump(mode="json")}}),
             {name: adapter.model_dump(mode="json") for name, adapter in config.adapters_of_pool(name).items()},
             config.pool_model(name).model_dump(mode="json"), sources[config.pool_model(name).source],
             rates[name].model_dump(mode="json"), config.max_in_engine_ceiling(name), _qualname(engine_cls),
+            adapter_only.get(name),
         )
         for name, llm_config in llm_configs.items()
     }
@@ -75,8 +82,9 @@ def build_app(
     quality = QualityLedger.from_result(config.quality.results).to_dict() if config.quality.results else None
     return with_version(
         router.bind(pools=pools, model_cards=model_cards, config=config, tokenizer_sources=tokenizer_sources,
-                    rates=rates_dump, tenants=tenants, quality=quality),
+                    rates=rates_dump, tenants=tenants, quality=quality, adapter_only=adapter_only),
         without_replica_counts(config.model_dump(mode="json")), tokenizer_sources, rates_dump, tenants, quality,
+        adapter_only,
     )
 
 

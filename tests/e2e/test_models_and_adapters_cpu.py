@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import json
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import httpx
 import openai
@@ -32,8 +34,12 @@ pytestmark = pytest.mark.e2e
 # As bench.adapter_answers asks them: greedy, and long enough for a whole JSON answer.
 ANSWER_TOKENS = 24
 METRICS_WAIT_S = 60
-# Three of the questions the adapters never saw in training (bench.make_adapters' seed 0).
-QUESTIONS = [question for question, _ in split_held_out(qa_pairs(0), HELD_OUT, 0)[1][:3]]
+# Questions the adapters never saw in training (bench.make_adapters' seed 0).
+HELD_OUT_QUESTIONS = [question for question, _ in split_held_out(qa_pairs(0), HELD_OUT, 0)[1]]
+QUESTIONS = HELD_OUT_QUESTIONS[:3]
+# A mixed round: each of these asked of two models at once, 8 requests in flight (the short pool's
+# max_num_seqs), so that the engine batches them together.
+MIXED_QUESTIONS = HELD_OUT_QUESTIONS[3:7]
 CHAT_MODEL = "smol-chat"
 DEFAULT = "SmolLM2-135M-Instruct"
 ADAPTERS = Path(__file__).resolve().parents[1] / "data" / "adapters"
@@ -107,6 +113,65 @@ def test_each_adapter_answers_in_its_format_and_the_base_in_neither_unchanged(mo
             assert f"adapter '{name}'" in headers["x-trilemma-route-reason"]
         after, _ = answer(client, question, CHAT_MODEL)  # greedy: the adapters left the base as it was
         assert after.choices[0].message.content == base.choices[0].message.content
+
+
+def styled_as(text: str) -> str | None:
+    """The adapter whose format `text` is in, or None."""
+    return next((name for name in ("tagged", "jsonish") if in_style(name, text)), None)
+
+
+def style_of(model: str) -> str | None:
+    return None if model == CHAT_MODEL else "tagged" if model.startswith("tagged") else "jsonish"
+
+
+def answered_alone(client: openai.OpenAI, models: tuple[str, ...]) -> dict[tuple[str, str], str]:
+    """Each mixed question's greedy answer from each model, one request at a time."""
+    return {(question, model): answer(client, question, model)[0].choices[0].message.content
+            for question in MIXED_QUESTIONS for model in models}
+
+
+def answered_together(client: openai.OpenAI, models: tuple[str, ...]) -> dict[tuple[str, str], Any]:
+    """The same requests all in flight at once, the models interleaved, so that the engine batches
+    requests of different models together: each one's reply."""
+    asked = [(question, model) for question in MIXED_QUESTIONS for model in models]
+    with ThreadPoolExecutor(len(asked)) as pool:
+        return dict(zip(asked, pool.map(lambda pair: answer(client, *pair)[0], asked)))
+
+
+def wrong_answers(alone: dict[tuple[str, str], str], together: dict[tuple[str, str], Any]) -> list[str]:
+    """Each answer in a mixed batch that is not the same request's answer alone, or not in its
+    model's format, with what it was."""
+    texts = {pair: reply.choices[0].message.content for pair, reply in together.items()}
+    return [f"{model} on {question!r}: {text!r}, alone {alone[question, model]!r}, in the style of {styled_as(text)}"
+            for (question, model), text in texts.items()
+            if text != alone[question, model] or styled_as(text) != style_of(model)]
+
+
+@pytest.mark.parametrize("models", [(CHAT_MODEL, "tagged"), (CHAT_MODEL, "jsonish"), ("tagged", "jsonish")],
+                         ids=["base+tagged", "base+jsonish", "tagged+jsonish"])
+def test_requests_of_the_base_and_of_adapters_in_one_batch_each_get_their_own_model(models_app, models):
+    """A request without an adapter that shares the engine's batch with adapter requests gets the
+    base model, as vLLM's GPU kernels give it: on the CPU, vLLM's ops gave it the adapter in the
+    engine's last slot (engine/vllm_lora_isolation.py). Both adapters are resident first, so the
+    last slot holds one."""
+    client = client_of(models_app)
+    alone = answered_alone(client, (CHAT_MODEL, "tagged", "jsonish"))
+    assert wrong_answers(alone, answered_together(client, models)) == []
+
+
+def test_mixed_batches_stay_apart_while_a_third_adapter_evicts_and_reloads_one(models_app):
+    """Rounds of the base and both adapters at once, with tagged-again (tagged's files under its own
+    name) evicting the least recently used adapter between rounds, which the next round reloads."""
+    client = client_of(models_app)
+    models = (CHAT_MODEL, "tagged", "jsonish")
+    alone = answered_alone(client, models)
+    for round_number in range(3):
+        together = answered_together(client, models)
+        assert wrong_answers(alone, together) == []
+        if round_number > 0:  # an adapter evicted by the last round's tagged-again loaded again
+            assert any("adapter_load_s" in reply.usage.model_extra for reply in together.values())
+        evicting, _ = answer(client, MIXED_QUESTIONS[0], "tagged-again")
+        assert in_style("tagged", evicting.choices[0].message.content)
 
 
 def test_a_streamed_answer_has_the_adapter_applied_too(models_app):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from core.vllm_plugins import PLUGIN_GROUP
 from engine import vllm_compile_cache
 
 aot_compile_types = pytest.importorskip("torch._dynamo.aot_compile_types")
@@ -69,6 +70,6 @@ def test_vllm_plugins_may_leave_it_out():
 def test_vllm_finds_the_plugin_where_it_loads_its_general_plugins():
     from vllm.plugins import DEFAULT_PLUGINS_GROUP, load_plugins_by_group
 
-    assert DEFAULT_PLUGINS_GROUP == vllm_compile_cache.PLUGIN_GROUP
+    assert DEFAULT_PLUGINS_GROUP == PLUGIN_GROUP
     plugins = load_plugins_by_group(DEFAULT_PLUGINS_GROUP)
     assert plugins[vllm_compile_cache.PLUGIN_NAME] is vllm_compile_cache.register

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -160,12 +161,13 @@ def test_an_adapter_whose_lora_pools_the_scenario_may_not_use_is_a_400():
 PRICES = {"chat": 2.0, "batch": 3.0, "batch-fp8": 1.0, "batch-2": 3.0}
 
 
-def chooser_of(config: TrilemmaConfig, down: tuple[str, ...] = (), **prices: float) -> PoolChooser:
+def chooser_of(config: TrilemmaConfig, down: tuple[str, ...] = (), adapter_only: dict[str, str] | None = None,
+               **prices: float) -> PoolChooser:
     policy = RoutingPolicy.from_config(config.routing, {**PRICES, **prices})
     health = PoolHealth({name: None for name in config.pools})
     for name in down:
         health.failed(name, "its replica died")
-    return PoolChooser(config, policy, health)
+    return PoolChooser(config, policy, health, adapter_only)
 
 
 def big_request(config: TrilemmaConfig, adapter: str | None = None) -> PoolRequest:
@@ -214,3 +216,29 @@ def test_without_lora_pools_the_choice_and_its_reason_are_the_policys():
     config = TrilemmaConfig.from_dict(raw)
     decision = chooser_of(config).choose(big_request(config))
     assert decision.pool == "batch" and "in place of" not in decision.reason
+
+
+UNPROVEN = {"batch": "its LoRA kernels are not proven"}
+
+
+def test_an_adapter_only_pool_never_takes_a_base_request():
+    """Where the lora pool's engines are not proven to isolate a base request, its twin is no
+    preference but the only pool: with the twin down the request waits for it (503), and a pin
+    to the lora pool is refused with the reason."""
+    config = twins_config()
+    pricier_twin = {"batch-2": 4.0}  # no twin by the preference's rule
+    assert chooser_of(config, **pricier_twin).choose(big_request(config)).pool == "batch"
+    # The policy's pick among the pools without lora: batch-fp8 before batch-2, in the config's order.
+    base = chooser_of(config, adapter_only=UNPROVEN, **pricier_twin).choose(big_request(config))
+    assert base.pool == "batch-fp8" and "in place of" not in base.reason
+    assert chooser_of(config, adapter_only=UNPROVEN).choose(big_request(config, adapter="legal")).pool == "batch"
+    with pytest.raises(ApiError) as caught:
+        chooser_of(config, down=("batch-2", "batch-fp8"), adapter_only=UNPROVEN).choose(big_request(config))
+    assert caught.value.status == 503 and caught.value.code == "pool_unavailable"
+    pinned = dataclasses.replace(big_request(config), pinned_pool="batch")
+    with pytest.raises(ApiError) as caught:
+        chooser_of(config, adapter_only=UNPROVEN).choose(pinned)
+    assert caught.value.status == 400 and caught.value.code == "pool_model_mismatch"
+    assert caught.value.message.endswith("serves adapter requests only, for model 'big' without an adapter: "
+                                         "its LoRA kernels are not proven")
+    assert chooser_of(config).choose(pinned).pool == "batch"  # proven: the pin stands
