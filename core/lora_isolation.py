@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 LORA_ISOLATION_PLUGIN = "trilemma_lora_isolation"
 # Ray's accelerator names of NVIDIA GPUs (ray.util.accelerators), as a pool's `accelerator` gives
 # them. vLLM runs LoRA there with its Triton kernels, which skip a token without an adapter; checked
-# with real weights on an H100 (bench/results/lora-isolation-h100).
+# with real weights on an H100 (bench/results/adapter-isolation).
 NVIDIA_ACCELERATORS = frozenset({
     "V100", "P100", "T4", "P4", "K80", "A10G", "A10", "A40", "L4", "L40S", "A100", "A100-40G", "A100-80G",
     "H100", "H200", "H20", "B200", "B300", "GB200", "GB300", "RTX-PRO-6000",

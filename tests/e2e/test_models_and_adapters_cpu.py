@@ -6,7 +6,9 @@ Each adapter's answers are in its trained format and the base's are not, and sta
 the adapters ran (bench.adapter_answers checks the same on the engine alone); a tenant's default
 adapter applies; unknown, over-rank and broken adapters are refused with the reason while the
 replica goes on serving; a third adapter evicts the least recently used one, which loads again
-(and its request pays the load); the metrics carry the adapter label; the batch job runs with one."""
+(and its request pays the load); requests of the base and of both adapters in flight at once, in
+one engine batch, each get exactly their own model's answer, also while a third adapter evicts one
+that the next batch loads again; the metrics carry the adapter label; the batch job runs with one."""
 
 from __future__ import annotations
 
@@ -124,15 +126,17 @@ def style_of(model: str) -> str | None:
     return None if model == CHAT_MODEL else "tagged" if model.startswith("tagged") else "jsonish"
 
 
-def answered_alone(client: openai.OpenAI, models: tuple[str, ...]) -> dict[tuple[str, str], str]:
-    """Each mixed question's greedy answer from each model, one request at a time."""
+@pytest.fixture(scope="module")
+def alone(models_app) -> dict[tuple[str, str], str]:
+    """Each mixed question's greedy answer from the base and from each adapter, one request at a time."""
+    client = client_of(models_app)
     return {(question, model): answer(client, question, model)[0].choices[0].message.content
-            for question in MIXED_QUESTIONS for model in models}
+            for question in MIXED_QUESTIONS for model in (CHAT_MODEL, "tagged", "jsonish")}
 
 
 def answered_together(client: openai.OpenAI, models: tuple[str, ...]) -> dict[tuple[str, str], Any]:
-    """The same requests all in flight at once, the models interleaved, so that the engine batches
-    requests of different models together: each one's reply."""
+    """The mixed questions of each model all in flight at once, the models interleaved, so that the
+    engine batches requests of different models together: each one's reply."""
     asked = [(question, model) for question in MIXED_QUESTIONS for model in models]
     with ThreadPoolExecutor(len(asked)) as pool:
         return dict(zip(asked, pool.map(lambda pair: answer(client, *pair)[0], asked)))
@@ -147,27 +151,25 @@ def wrong_answers(alone: dict[tuple[str, str], str], together: dict[tuple[str, s
             if text != alone[question, model] or styled_as(text) != style_of(model)]
 
 
-@pytest.mark.parametrize("models", [(CHAT_MODEL, "tagged"), (CHAT_MODEL, "jsonish"), ("tagged", "jsonish")],
-                         ids=["base+tagged", "base+jsonish", "tagged+jsonish"])
-def test_requests_of_the_base_and_of_adapters_in_one_batch_each_get_their_own_model(models_app, models):
+def test_requests_of_the_base_and_of_adapters_in_one_batch_each_get_their_own_model(models_app, alone):
     """A request without an adapter that shares the engine's batch with adapter requests gets the
     base model, as vLLM's GPU kernels give it: on the CPU, vLLM's ops gave it the adapter in the
-    engine's last slot (engine/vllm_lora_isolation.py). Both adapters are resident first, so the
-    last slot holds one."""
+    engine's last slot (engine/vllm_lora_isolation.py). Both adapters are resident (the `alone`
+    answers loaded them), so the last slot holds one."""
     client = client_of(models_app)
-    alone = answered_alone(client, (CHAT_MODEL, "tagged", "jsonish"))
-    assert wrong_answers(alone, answered_together(client, models)) == []
+    for models in ((CHAT_MODEL, "tagged"), (CHAT_MODEL, "jsonish"), ("tagged", "jsonish")):
+        wrong = wrong_answers(alone, answered_together(client, models))
+        assert not wrong, f"{' + '.join(models)}:\n" + "\n".join(wrong)
 
 
-def test_mixed_batches_stay_apart_while_a_third_adapter_evicts_and_reloads_one(models_app):
+def test_mixed_batches_stay_apart_while_a_third_adapter_evicts_and_reloads_one(models_app, alone):
     """Rounds of the base and both adapters at once, with tagged-again (tagged's files under its own
     name) evicting the least recently used adapter between rounds, which the next round reloads."""
     client = client_of(models_app)
-    models = (CHAT_MODEL, "tagged", "jsonish")
-    alone = answered_alone(client, models)
     for round_number in range(3):
-        together = answered_together(client, models)
-        assert wrong_answers(alone, together) == []
+        together = answered_together(client, (CHAT_MODEL, "tagged", "jsonish"))
+        wrong = wrong_answers(alone, together)
+        assert not wrong, f"round {round_number}:\n" + "\n".join(wrong)
         if round_number > 0:  # an adapter evicted by the last round's tagged-again loaded again
             assert any("adapter_load_s" in reply.usage.model_extra for reply in together.values())
         evicting, _ = answer(client, MIXED_QUESTIONS[0], "tagged-again")
