@@ -56,6 +56,7 @@ class AdapterUnusable(Exception):
     def __str__(self) -> str:
         return self.message
 
+
 class BaseModelRefused(Exception):
     """A request without an adapter at a replica whose engines serve adapters and are not proven to
     keep such a request off the adapters in its batch (core.lora_isolation). The router sends none
