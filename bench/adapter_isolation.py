@@ -15,7 +15,7 @@ again all the time. The run
    JSON object), the answers that differ from the same request's reference, the loads the
    requests paid, and the errors. It exits 1 on any answer in another model's format or any error.
 
-    trilemma bench adapter-isolation --duration 600 --out bench/results/adapter-isolation-cpu \
+    trilemma bench adapter-isolation --duration 600 --out bench/results/adapter-isolation \
         --name adapter-isolation-cpu
 """
 
@@ -33,7 +33,7 @@ import httpx
 
 from bench import machine
 from bench.adapter_answers import HELD_OUT
-from bench.adapter_training_data import in_style, qa_pairs, split_held_out
+from bench.adapter_training_data import qa_pairs, split_held_out, style_of_answer
 from bench.cli_common import add_app_args, add_output_args, app_config, command_line, fail
 from bench.metrics import percentile
 from bench.result_files import write_json
@@ -42,7 +42,8 @@ from serve_app.launcher import deployed
 
 ADAPTERS = Path(__file__).resolve().parents[1] / "tests" / "data" / "adapters"
 STYLES = ("tagged", "jsonish")
-COPIES = 3
+# Each adapter's name and the committed adapter whose files it loads: three names each.
+ADAPTER_STYLES = {f"{style}-{copy}": style for style in STYLES for copy in range(1, 4)}
 LORA = {"max_loras": 2, "max_lora_rank": 16, "max_resident": 3}
 ANSWER_TOKENS = 24  # a whole JSON answer of the jsonish adapter
 BASE_SHARE = 1 / 3
@@ -67,13 +68,12 @@ def bench_adapter_isolation(args: argparse.Namespace) -> int:
         return fail(error)
     model = config.pools["short"].model.name
     questions = [question for question, _ in split_held_out(qa_pairs(0), HELD_OUT, 0)[1]]
-    adapters = {f"{style}-{copy}": style for style in STYLES for copy in range(1, COPIES + 1)}
     with deployed(config) as url:
         references = asyncio.run(reference_answers(url, model, questions))
-        records, wall_s = asyncio.run(mixed_load(url, model, adapters, questions, args))
-    result = summary(records, references, adapters, model, wall_s)
+        records, wall_s = asyncio.run(mixed_load(url, model, ADAPTER_STYLES, questions, args))
+    result = summary(records, references, ADAPTER_STYLES, model, wall_s)
     result.update({"kind": "adapter_isolation", "command": command_line(args), "machine": machine.describe(),
-                   "lora": LORA, "adapters": adapters, "concurrency": args.concurrency,
+                   "lora": LORA, "adapters": ADAPTER_STYLES, "concurrency": args.concurrency,
                    "duration_s": args.duration, "answer_tokens": ANSWER_TOKENS})
     path = write_json(result, args.out, args.name or f"adapter-isolation-{time.strftime('%Y%m%d-%H%M%S')}")
     path.with_suffix(".md").write_text(markdown(result))
@@ -88,8 +88,8 @@ def isolation_config(config: TrilemmaConfig) -> TrilemmaConfig:
     raw = config.model_dump(mode="json")
     name = "smol-chat"
     raw["pools"]["short"].update(model={"name": name, "source": raw["model"]["source"]}, lora=LORA)
-    raw["adapters"] = {f"{style}-{copy}": {"base": name, "source": str(ADAPTERS / style)}
-                       for style in STYLES for copy in range(1, COPIES + 1)}
+    raw["adapters"] = {adapter: {"base": name, "source": str(ADAPTERS / style)}
+                       for adapter, style in ADAPTER_STYLES.items()}
     raw["scenarios"]["chat"].update(models=[name], pools=["short"])
     raw["autoscaling"]["enabled"] = False
     return TrilemmaConfig.from_dict(raw)
@@ -145,10 +145,6 @@ async def mixed_load(url: str, model: str, adapters: dict[str, str], questions: 
     return records, time.monotonic() - started
 
 
-def style_of(text: str) -> str:
-    return next((style for style in STYLES if in_style(style, text)), "base")
-
-
 def summary(records: list[dict[str, Any]], references: dict[tuple[str, str], str], adapters: dict[str, str],
             model: str, wall_s: float) -> dict[str, Any]:
     answered = [record for record in records if record["status"] == 200]
@@ -156,7 +152,7 @@ def summary(records: list[dict[str, Any]], references: dict[tuple[str, str], str
     wrong_examples = []
     for record in answered:
         expected = adapters.get(record["model"], "base")
-        style = style_of(record["text"])
+        style = style_of_answer(record["text"]) or "base"
         counts = by_model.setdefault(record["model"], Counter())
         counts["answers"] += 1
         counts["wrong_model"] += style != expected

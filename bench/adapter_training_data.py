@@ -113,6 +113,11 @@ def in_style(style: str, text: str) -> bool:
     return isinstance(parsed, dict) and list(parsed) == ["answer"] and isinstance(parsed["answer"], str)
 
 
+def style_of_answer(text: str) -> str | None:
+    """The adapter whose format an answer is in, or None (the base's plain answers)."""
+    return next((style for style in STYLES if in_style(style, text)), None)
+
+
 def prompt_text(tokenizer: Any, question: str) -> str:
     """The text the served model is given for a one-question chat: the template's, as vLLM
     renders it, ending where the assistant's answer begins."""

@@ -57,12 +57,11 @@ def unisolated_lora_pools(config: TrilemmaConfig, environ: Mapping[str, str]) ->
             if pool.lora is not None and not (isolation := batch_isolation(pool, environ)).proven}
 
 
-def check_base_traffic_isolated(config: TrilemmaConfig, environ: Mapping[str, str]) -> None:
-    """Refuses a config in which a scenario's requests for a base model could only go to pools that
-    serve adapters on an engine not proven to isolate them: such a request has no pool to take it."""
+def adapter_only_pools(config: TrilemmaConfig, environ: Mapping[str, str]) -> dict[str, str]:
+    """`unisolated_lora_pools`, once the config is shown to need none of them for a base model:
+    refuses a config in which a scenario's requests for a base model could only go to such pools,
+    where no pool would take them."""
     unisolated = unisolated_lora_pools(config, environ)
-    if not unisolated:
-        return
     for scenario_name, scenario in config.scenarios.items():
         for model in scenario.models or config.models:
             pools = config.pools_serving(model, scenario)
@@ -72,3 +71,4 @@ def check_base_traffic_isolated(config: TrilemmaConfig, environ: Mapping[str, st
                     f"scenarios.{scenario_name}: requests for model {model!r} without an adapter have only pools "
                     f"{pools}, which serve adapters on engines not proven to keep such a request off the adapters "
                     f"in its batch ({reasons}); give the scenario a pool of {model!r} without `lora`")
+    return unisolated

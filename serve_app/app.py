@@ -12,7 +12,7 @@ from ray.serve.deployment import Application
 from autoscaling.serve_config import serve_autoscaling_config
 from cluster.pricing import pool_rates, resolve_catalog
 from core.config import DEFAULT_CONFIG_PATH, TrilemmaConfig
-from core.lora_isolation import check_base_traffic_isolated, unisolated_lora_pools
+from core.lora_isolation import adapter_only_pools
 from core.model_store import resolve_model_source
 from core.upstream import to_model_metadata
 from pool.deployment import build_pool_deployment, llm_config_for_pool
@@ -29,8 +29,7 @@ def build_app(
     fake engine need no model weights, only a tokenizer)."""
     # Here, where the engines' environment is decided: pools whose engines may batch no request
     # without an adapter beside adapter requests take adapter requests only.
-    check_base_traffic_isolated(config, os.environ)
-    adapter_only = unisolated_lora_pools(config, os.environ)
+    adapter_only = adapter_only_pools(config, os.environ)
     sources = {spec.source: model_source or resolve_model_source(spec.source) for spec in config.models.values()}
     in_use = sorted({pool.accelerator for pool in config.pools.values()})
     rates = pool_rates(config, resolve_catalog(config.costs, in_use))

@@ -23,7 +23,7 @@ import openai
 import pytest
 
 from bench.adapter_answers import HELD_OUT
-from bench.adapter_training_data import TAG, in_style, qa_pairs, split_held_out
+from bench.adapter_training_data import TAG, in_style, qa_pairs, split_held_out, style_of_answer
 from core.config import TrilemmaConfig
 from jobs.summarize.cli import main as summarize
 from jobs.summarize.sample_corpus import write_sample
@@ -39,8 +39,8 @@ METRICS_WAIT_S = 60
 # Questions the adapters never saw in training (bench.make_adapters' seed 0).
 HELD_OUT_QUESTIONS = [question for question, _ in split_held_out(qa_pairs(0), HELD_OUT, 0)[1]]
 QUESTIONS = HELD_OUT_QUESTIONS[:3]
-# A mixed round: each of these asked of two models at once, 8 requests in flight (the short pool's
-# max_num_seqs), so that the engine batches them together.
+# A mixed round: each of these asked of the base and both adapters at once, 12 requests in flight
+# against the short pool's max_num_seqs of 8, so that the engine's batches hold all three models.
 MIXED_QUESTIONS = HELD_OUT_QUESTIONS[3:7]
 CHAT_MODEL = "smol-chat"
 DEFAULT = "SmolLM2-135M-Instruct"
@@ -101,12 +101,7 @@ def test_models_lists_each_adapter_with_its_base(models_app):
     assert "parent" not in cards[CHAT_MODEL].model_extra["metadata"]
 
 
-def styled_as(text: str) -> str | None:
-    """The adapter whose format `text` is in, or None."""
-    return next((name for name in ("tagged", "jsonish") if in_style(name, text)), None)
-
-
-def style_of(model: str) -> str | None:
+def model_style(model: str) -> str | None:
     return None if model == CHAT_MODEL else "tagged" if model.startswith("tagged") else "jsonish"
 
 
@@ -130,15 +125,16 @@ def wrong_answers(alone: dict[tuple[str, str], str], together: dict[tuple[str, s
     """Each answer in a mixed batch that is not the same request's answer alone, or not in its
     model's format, with what it was."""
     texts = {pair: reply.choices[0].message.content for pair, reply in together.items()}
-    return [f"{model} on {question!r}: {text!r}, alone {alone[question, model]!r}, in the style of {styled_as(text)}"
+    return [f"{model} on {question!r}: {text!r}, alone {alone[question, model]!r}, "
+            f"in the style of {style_of_answer(text)}"
             for (question, model), text in texts.items()
-            if text != alone[question, model] or styled_as(text) != style_of(model)]
+            if text != alone[question, model] or style_of_answer(text) != model_style(model)]
 
 
 def test_each_adapter_answers_in_its_format_and_the_base_in_neither_unchanged(models_app, alone):
     """One request at a time (the `alone` answers: each question of the base, then of each adapter)."""
     for (question, model), text in alone.items():
-        assert styled_as(text) == style_of(model), (question, model, text)
+        assert style_of_answer(text) == model_style(model), (question, model, text)
     client = client_of(models_app)
     question = MIXED_QUESTIONS[0]
     for name in ("tagged", "jsonish"):

@@ -10,9 +10,8 @@ import pytest
 from core.config import ConfigError, TrilemmaConfig
 from core.lora_isolation import (
     LORA_ISOLATION_PLUGIN,
+    adapter_only_pools,
     batch_isolation,
-    check_base_traffic_isolated,
-    unisolated_lora_pools,
 )
 from core.pool_config import PoolConfig
 
@@ -53,18 +52,16 @@ def config_of(accelerator: str, twin: bool) -> TrilemmaConfig:
 
 def test_base_requests_need_a_pool_without_lora_where_isolation_is_not_proven():
     with pytest.raises(ConfigError) as caught:
-        check_base_traffic_isolated(config_of("MI300X", twin=False), {})
+        adapter_only_pools(config_of("MI300X", twin=False), {})
     assert str(caught.value).startswith(
         "scenarios.chat: requests for model 'm' without an adapter have only pools ['lora'], which serve adapters "
         "on engines not proven to keep such a request off the adapters in its batch (lora: vLLM's LoRA kernels")
     assert str(caught.value).endswith("give the scenario a pool of 'm' without `lora`")
-    check_base_traffic_isolated(config_of("MI300X", twin=True), {})
-    assert unisolated_lora_pools(config_of("MI300X", twin=True), {}).keys() == {"lora"}
+    assert adapter_only_pools(config_of("MI300X", twin=True), {}).keys() == {"lora"}
     with pytest.raises(ConfigError, match="without an adapter have only pools"):
-        check_base_traffic_isolated(config_of("cpu", twin=False), NO_PLUGIN)
+        adapter_only_pools(config_of("cpu", twin=False), NO_PLUGIN)
 
 
 def test_proven_engines_take_base_and_adapter_requests_alike():
     for accelerator, environ in (("cpu", {}), ("H200", NO_PLUGIN)):
-        check_base_traffic_isolated(config_of(accelerator, twin=False), environ)
-        assert unisolated_lora_pools(config_of(accelerator, twin=False), environ) == {}
+        assert adapter_only_pools(config_of(accelerator, twin=False), environ) == {}
